@@ -1,0 +1,55 @@
+"""Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from e2e.cluster import build
+from e2e.cluster.controlplane import ClusterError, LocalCluster, NodeShape
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
+    parser.add_argument("--dir", type=Path, default=None, help="state directory (default: .state/cluster)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok and helm")
+    up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
+    up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
+    up.add_argument("--port-base", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", "16379")))
+    commands.add_parser("down", help="stop every process `up` started and remove the state")
+    commands.add_parser("status", help="show processes, health and nodes")
+    commands.add_parser("env", help="print shell exports: KUBECONFIG and PATH with kubectl and helm")
+    commands.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    args = parser.parse_args(argv)
+    cluster = LocalCluster(args.dir)
+    try:
+        if args.command == "build":
+            build.ensure_built()
+        elif args.command == "up":
+            cluster.up(port_base=args.port_base, nodes=NodeShape(count=args.nodes))
+        elif args.command == "down":
+            cluster.down()
+        elif args.command == "status":
+            for line in cluster.status():
+                print(line)
+            return 0 if cluster.is_up() else 1
+        elif args.command == "env":
+            state = cluster.require_state()
+            bins = [build.KUBERNETES.directory / "bin", build.HELM.directory / "bin"]
+            print(f"export KUBECONFIG={state.kubeconfig}")
+            print(f"export PATH={':'.join(str(b) for b in bins)}:$PATH")
+        elif args.command == "kubeconfig":
+            print(cluster.require_state().kubeconfig)
+    except (ClusterError, build.BuildError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

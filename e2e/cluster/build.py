@@ -1,0 +1,298 @@
+"""Builds the local control plane's binaries from the Go module proxy into a cache keyed by version.
+
+Each component (Kubernetes, etcd, kwok, helm) is built once into
+``${XDG_CACHE_HOME:-~/.cache}/disaggspec/<component>-<version>/``; a version bump in ``versions.py`` picks a new
+directory, so it rebuilds. A build happens in a scratch directory and is renamed into place only when it succeeded,
+so an interrupted build never leaves a half-filled cache entry behind.
+
+k8s.io/kubernetes cannot be ``go install``-ed: its go.mod replaces every staging module (k8s.io/api, client-go, ...)
+with a local path. We generate a wrapper module that requires k8s.io/kubernetes and pins each of those staging modules
+to the matching v0.X.Y release, read from the real go.mod of the pinned release, and stamp the version with -ldflags
+so ``/version`` and ``kubectl version`` report the release and not v0.0.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.cluster import versions
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "disaggspec"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One cached component: where it lives and which executables it must contain."""
+
+    name: str
+    version: str
+    executables: tuple[str, ...]
+
+    @property
+    def directory(self) -> Path:
+        return cache_root() / f"{self.name}-{self.version}"
+
+    def path(self, executable: str) -> Path:
+        return self.directory / "bin" / executable
+
+    def is_built(self) -> bool:
+        return all(self.path(e).is_file() and os.access(self.path(e), os.X_OK) for e in self.executables)
+
+
+KUBERNETES = Component(
+    "kubernetes",
+    versions.KUBERNETES,
+    ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+)
+ETCD = Component("etcd", versions.ETCD, ("etcd",))
+KWOK = Component("kwok", versions.KWOK, ("kwok",))
+HELM = Component("helm", versions.HELM, ("helm",))
+ALL = (ETCD, KWOK, HELM, KUBERNETES)
+
+
+# go.etcd.io/etcd/server/v3 is a library; etcdmain.Main is the real etcd entry point.
+ETCD_MAIN = """package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+"""
+
+
+class BuildError(RuntimeError):
+    """A component could not be built; the message says what to do."""
+
+
+def log(message: str) -> None:
+    print(f"[build] {message}", file=sys.stderr, flush=True)
+
+
+def check_go() -> str:
+    """Return the go executable, or fail at once naming the Go version the pinned modules need."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(f"go not found on PATH: install Go {versions.GO_MIN} or newer to build the local cluster")
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    match = re.match(r"go(\d+)\.(\d+)", out)
+    if match is None:
+        raise BuildError(f"cannot read the Go version from {out!r}; Go {versions.GO_MIN} or newer is required")
+    have = (int(match.group(1)), int(match.group(2)))
+    need = tuple(int(p) for p in versions.GO_MIN.split(".")[:2])
+    if have < need:
+        raise BuildError(f"{out} is too old: Kubernetes {versions.KUBERNETES} needs Go {versions.GO_MIN} or newer")
+    return go
+
+
+def _run_go(go: str, args: list[str], cwd: Path, label: str, env: dict[str, str] | None = None) -> None:
+    """Run a go command, relaying progress: `go build -v` names each package as it compiles it."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [go, *args],
+        cwd=cwd,
+        env={**os.environ, "CGO_ENABLED": "0", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    last_report = 0.0
+    for count, raw in enumerate(proc.stdout, start=1):
+        line = raw.rstrip()
+        tail = [*tail[-29:], line]
+        now = time.monotonic()
+        if now - last_report > 15:
+            log(f"{label}: {count} packages so far, {now - started:.0f}s elapsed (last: {line[:80]})")
+            last_report = now
+    if proc.wait() != 0:
+        raise BuildError(f"{label} failed:\n" + "\n".join(tail))
+    log(f"{label}: done in {time.monotonic() - started:.0f}s")
+
+
+def _write_module(directory: Path, module: str, requires: dict[str, str], replaces: dict[str, str], main: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [f"module {module}", "", f"go {versions.GO_MIN}", "", "require ("]
+    lines += [f"\t{path} {version}" for path, version in sorted(requires.items())]
+    lines += [")", ""]
+    if replaces:
+        lines += ["replace ("]
+        lines += [f"\t{path} => {path} {version}" for path, version in sorted(replaces.items())]
+        lines += [")", ""]
+    (directory / "go.mod").write_text("\n".join(lines))
+    (directory / "main.go").write_text(main)
+
+
+def _staging_modules(go: str, scratch: Path) -> list[str]:
+    """The staging modules the pinned k8s.io/kubernetes replaces with local paths, read from its real go.mod."""
+    out = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{versions.KUBERNETES}"],
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise BuildError(f"cannot download k8s.io/kubernetes@{versions.KUBERNETES}: {out.stdout}{out.stderr}")
+    gomod = Path(json.loads(out.stdout)["GoMod"]).read_text()
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", gomod, re.MULTILINE)))
+
+
+def _finish(component: Component, staged: Path) -> None:
+    """Move a complete build into the cache in one rename."""
+    target = component.directory
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, target)
+
+
+def build_kubernetes(go: str) -> None:
+    component = KUBERNETES
+    with tempfile.TemporaryDirectory(prefix="k8s-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        staging = _staging_modules(go, scratch)
+        log(f"kubernetes {component.version}: pinning {len(staging)} staging modules to {versions.staging()}")
+        tools = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{exe}"' for exe in component.executables)
+        main = f"//go:build tools\n\npackage tools\n\nimport (\n{tools}\n)\n"
+        module_dir = scratch / "module"
+        _write_module(
+            module_dir,
+            "disaggspec.io/localcluster/kubernetes",
+            {"k8s.io/kubernetes": component.version},
+            {path: versions.staging() for path in staging},
+            main,
+        )
+        _run_go(go, ["mod", "tidy"], module_dir, "kubernetes: go mod tidy")
+        major, minor = component.version.lstrip("v").split(".")[:2]
+        stamp = {
+            "gitVersion": component.version,
+            "gitMajor": major,
+            "gitMinor": minor,
+            "gitTreeState": "clean",
+            "buildDate": "1970-01-01T00:00:00Z",
+        }
+        ldflags = ["-s", "-w"]
+        for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            ldflags += [f"-X {package}.{key}={value}" for key, value in stamp.items()]
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        packages = [f"k8s.io/kubernetes/cmd/{exe}" for exe in component.executables]
+        _run_go(
+            go,
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                "-tags",
+                "tools",
+                "-ldflags",
+                " ".join(ldflags),
+                "-o",
+                str(out / "bin"),
+                *packages,
+            ],
+            module_dir,
+            f"kubernetes {component.version}",
+        )
+        _finish(component, out)
+
+
+def build_etcd(go: str) -> None:
+    component = ETCD
+    with tempfile.TemporaryDirectory(prefix="etcd-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        module_dir = scratch / "module"
+        main = ETCD_MAIN
+        _write_module(
+            module_dir, "disaggspec.io/localcluster/etcd", {"go.etcd.io/etcd/server/v3": component.version}, {}, main
+        )
+        _run_go(go, ["mod", "tidy"], module_dir, "etcd: go mod tidy")
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        ldflags = f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=release-{component.version}"
+        _run_go(
+            go,
+            ["build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(out / "bin" / "etcd"), "."],
+            module_dir,
+            f"etcd {component.version}",
+        )
+        _finish(component, out)
+
+
+def build_kwok(go: str) -> None:
+    component = KWOK
+    with tempfile.TemporaryDirectory(prefix="kwok-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        ldflags = f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={component.version.lstrip('v')}"
+        _run_go(
+            go,
+            ["install", "-v", "-trimpath", "-ldflags", ldflags, f"sigs.k8s.io/kwok/cmd/kwok@{component.version}"],
+            scratch,
+            f"kwok {component.version}",
+            env={"GOBIN": str(out / "bin")},
+        )
+        # The stage definitions (node initialize/heartbeat, pod ready/delete) ship inside the module source.
+        source = subprocess.run(
+            [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{component.version}"],
+            cwd=scratch,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        stages = Path(json.loads(source.stdout)["Dir"]) / "kustomize" / "stage"
+        shutil.copytree(stages, out / "stage")
+        for path in (out / "stage").rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        _finish(component, out)
+
+
+def build_helm(go: str) -> None:
+    component = HELM
+    with tempfile.TemporaryDirectory(prefix="helm-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={component.version}"
+        _run_go(
+            go,
+            ["install", "-v", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v4/cmd/helm@{component.version}"],
+            scratch,
+            f"helm {component.version}",
+            env={"GOBIN": str(out / "bin")},
+        )
+        _finish(component, out)
+
+
+BUILDERS = {"etcd": build_etcd, "kwok": build_kwok, "helm": build_helm, "kubernetes": build_kubernetes}
+
+
+def ensure_built(components: tuple[Component, ...] = ALL) -> None:
+    """Build every missing component; reuse what the cache already has."""
+    missing = [c for c in components if not c.is_built()]
+    for component in components:
+        if component.is_built():
+            log(f"{component.name} {component.version}: cached in {component.directory}")
+    if not missing:
+        return
+    go = check_go()
+    cache_root().mkdir(parents=True, exist_ok=True)
+    log("cold build: on 2 cores Kubernetes alone takes many minutes; progress every 15s")
+    for component in missing:
+        BUILDERS[component.name](go)

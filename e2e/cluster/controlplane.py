@@ -1,0 +1,534 @@
+"""Starts and stops the local control plane: etcd, kube-apiserver, controller-manager, scheduler and kwok GPU nodes.
+
+Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log and one PID file per process, and a
+`cluster.json` that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
+to be healthy, and on any failure stops what it started and removes the state, so nothing is left half-running.
+`down` stops exactly the processes recorded in the state (it checks each PID's command line before signalling it, so
+a recycled PID is never killed) and is idempotent. All listeners bind to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from e2e.cluster import build, pki
+
+LOOPBACK = "127.0.0.1"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+STATE_FILE = "cluster.json"
+# Fake-node marker: kwok manages exactly the nodes that carry this annotation.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+RDMA_RESOURCE = "rdma/hca_shared_devices_a"
+GPU_RESOURCE = "nvidia.com/gpu"
+ZONES = ("zone-a", "zone-b")
+# Order matters: kwok applies the first stage whose selector matches.
+KWOK_STAGE_FILES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat/node-heartbeat.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be started or used; the message says why and what to do."""
+
+
+def default_state_dir() -> Path:
+    configured = os.environ.get("DISAGGSPEC_CLUSTER_DIR")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / ".state" / "cluster"
+
+
+@dataclass
+class Ports:
+    """Loopback ports of every listener; a base offset lets two clusters coexist."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        return cls(base, base + 1, base + 2, base + 3, base + 4, base + 5)
+
+
+@dataclass
+class NodeShape:
+    """The capacity and labels of every fake GPU node."""
+
+    count: int = 4
+    gpus: int = 8
+    rdma_devices: int = 8
+    cpu: str = "96"
+    memory: str = "1Ti"
+    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+
+
+@dataclass
+class State:
+    """What `up` recorded: enough for `down`, `status` and `env` to work from another process."""
+
+    directory: Path
+    ports: Ports
+    nodes: NodeShape = field(default_factory=NodeShape)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports.apiserver}"
+
+    def save(self) -> None:
+        data = {"ports": asdict(self.ports), "nodes": asdict(self.nodes), "pids": self.pids}
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, self.directory / STATE_FILE)
+
+    @classmethod
+    def load(cls, directory: Path) -> State | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return cls(directory, Ports(**data["ports"]), NodeShape(**data["nodes"]), dict(data["pids"]))
+
+
+def log(message: str) -> None:
+    print(f"[cluster] {message}", flush=True)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _is_ours(pid: int, directory: Path) -> bool:
+    """A PID is ours only while its command line still names our state directory (PIDs get recycled)."""
+    return any(str(directory) in arg for arg in _cmdline(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process is dead for our purposes.
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return status != "Z"
+
+
+def _stop_pid(name: str, pid: int, directory: Path, timeout: float = 15.0) -> None:
+    if not _alive(pid) or not _is_ours(pid, directory):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    log(f"{name} (pid {pid}) ignored SIGTERM for {timeout:.0f}s: killing it")
+    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    if not path.is_file():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "disaggspec-local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "disaggspec-local", "context": {"cluster": "disaggspec-local", "user": user}}],
+        "current-context": "disaggspec-local",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+
+
+class LocalCluster:
+    """The local control plane rooted at one state directory."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = (directory or default_state_dir()).resolve()
+
+    # ---- queries -----------------------------------------------------------------------------------------------
+
+    def state(self) -> State | None:
+        return State.load(self.directory)
+
+    def running(self) -> dict[str, bool]:
+        state = self.state()
+        if state is None:
+            return {}
+        return {name: _alive(pid) and _is_ours(pid, self.directory) for name, pid in state.pids.items()}
+
+    def is_up(self) -> bool:
+        running = self.running()
+        return bool(running) and all(running.values()) and self._readyz(self.require_state())
+
+    def require_state(self) -> State:
+        state = self.state()
+        if state is None:
+            raise ClusterError(f"no cluster state in {self.directory}: run `make cluster-up` first")
+        return state
+
+    def _ssl_context(self, state: State) -> ssl.SSLContext:
+        keys = pki.Pki(state.directory / "pki")
+        context = ssl.create_default_context(cafile=str(keys.ca_cert))
+        context.load_cert_chain(str(keys.client_cert(pki.ADMIN)), str(keys.client_key(pki.ADMIN)))
+        return context
+
+    def _readyz(self, state: State) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"{state.server}/readyz", context=self._ssl_context(state), timeout=2
+            ) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        state = self.require_state()
+        command = [str(build.KUBERNETES.path("kubectl")), "--kubeconfig", str(state.kubeconfig), *args]
+        result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------------
+
+    def up(self, port_base: int = 16379, nodes: NodeShape | None = None, timeout: float = 90.0) -> State:
+        """Start every component, or report that this state directory already runs a healthy cluster."""
+        existing = self.state()
+        if existing is not None:
+            running = self.running()
+            if running and all(running.values()) and self._readyz(existing):
+                log(f"already up: {existing.server}")
+                return existing
+            dead = sorted(name for name, alive in running.items() if not alive)
+            raise ClusterError(
+                f"stale state directory {self.directory} from an earlier run "
+                f"(not running: {', '.join(dead) or 'all'}); run `make cluster-down` to clear it, then retry"
+            )
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise ClusterError(
+                f"state directory {self.directory} is not empty but holds no cluster; "
+                "run `make cluster-down` to clear it (or set DISAGGSPEC_CLUSTER_DIR)"
+            )
+        ports = Ports.from_base(port_base)
+        busy = [f"{name}={port}" for name, port in asdict(ports).items() if not _port_free(port)]
+        if busy:
+            raise ClusterError(
+                f"ports already in use on {LOOPBACK}: {', '.join(busy)}; stop what holds them or pick another "
+                "base with DISAGGSPEC_CLUSTER_PORT_BASE"
+            )
+        build.ensure_built()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state = State(self.directory, ports, nodes or NodeShape())
+        state.save()
+        started = time.monotonic()
+        try:
+            self._start_all(state, timeout)
+        except BaseException:
+            log("start failed: stopping everything that was started")
+            self.down(quiet=True)
+            raise
+        log(f"up in {time.monotonic() - started:.1f}s: {state.server}, {state.nodes.count} kwok GPU nodes Ready")
+        return state
+
+    def _spawn(self, state: State, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        logfile = (state.directory / "logs" / f"{name}.log").open("ab")
+        # A new session: `down` can signal it alone, and Ctrl-C in the caller's terminal does not reach it.
+        proc = subprocess.Popen(argv, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
+        logfile.close()
+        state.pids[name] = proc.pid
+        state.save()
+        return proc
+
+    def _wait(self, state: State, name: str, proc: subprocess.Popen[bytes], probe: str, timeout: float) -> None:
+        """Wait until `probe` answers, failing fast (with the log tail) when the process dies."""
+        deadline = time.monotonic() + timeout
+        context = self._ssl_context(state) if probe.startswith("https://") else None
+        if context is not None and "127.0.0.1:" in probe and not probe.startswith(state.server):
+            # controller-manager and scheduler serve a self-signed cert of their own.
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log_path = state.directory / "logs" / f"{name}.log"
+                raise ClusterError(f"{name} exited with code {proc.returncode} during start:\n{_tail(log_path)}")
+            try:
+                with urllib.request.urlopen(probe, context=context, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError, ssl.SSLError):
+                pass
+            time.sleep(0.2)
+        raise ClusterError(
+            f"{name} not healthy at {probe} after {timeout:.0f}s:\n{_tail(state.directory / 'logs' / (name + '.log'))}"
+        )
+
+    def _start_all(self, state: State, timeout: float) -> None:
+        d = state.directory
+        (d / "logs").mkdir(exist_ok=True)
+        keys = pki.generate(d / "pki")
+        _write_kubeconfig(
+            state.kubeconfig,
+            state.server,
+            keys.ca_cert,
+            keys.client_cert(pki.ADMIN),
+            keys.client_key(pki.ADMIN),
+            "admin",
+        )
+        kubeconfigs = {}
+        for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK):
+            path = d / f"{client.filename}.kubeconfig"
+            _write_kubeconfig(
+                path, state.server, keys.ca_cert, keys.client_cert(client), keys.client_key(client), client.user
+            )
+            kubeconfigs[client.filename] = path
+        p = state.ports
+        k8s = build.KUBERNETES
+
+        etcd = self._spawn(
+            state,
+            "etcd",
+            [
+                str(build.ETCD.path("etcd")),
+                "--name=local",
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls=http://{LOOPBACK}:{p.etcd_client}",
+                f"--advertise-client-urls=http://{LOOPBACK}:{p.etcd_client}",
+                f"--listen-peer-urls=http://{LOOPBACK}:{p.etcd_peer}",
+                f"--initial-advertise-peer-urls=http://{LOOPBACK}:{p.etcd_peer}",
+                f"--initial-cluster=local=http://{LOOPBACK}:{p.etcd_peer}",
+                "--listen-metrics-urls=",
+                "--log-level=warn",
+                # Test data is disposable: skip fsync so 2-core CI machines are not I/O bound.
+                "--unsafe-no-fsync",
+            ],
+        )
+        self._wait(state, "etcd", etcd, f"http://{LOOPBACK}:{p.etcd_client}/health", timeout)
+
+        apiserver = self._spawn(
+            state,
+            "kube-apiserver",
+            [
+                str(k8s.path("kube-apiserver")),
+                f"--etcd-servers=http://{LOOPBACK}:{p.etcd_client}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={p.apiserver}",
+                f"--tls-cert-file={keys.serving_cert}",
+                f"--tls-private-key-file={keys.serving_key}",
+                f"--client-ca-file={keys.ca_cert}",
+                "--authorization-mode=RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={keys.sa_pub}",
+                f"--service-account-signing-key-file={keys.sa_key}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                f"--cert-dir={d / 'apiserver-certs'}",
+                "--v=1",
+            ],
+        )
+        self._wait(state, "kube-apiserver", apiserver, f"{state.server}/readyz", timeout)
+
+        controller_manager = self._spawn(
+            state,
+            "kube-controller-manager",
+            [
+                str(k8s.path("kube-controller-manager")),
+                f"--kubeconfig={kubeconfigs['controller-manager']}",
+                f"--authentication-kubeconfig={kubeconfigs['controller-manager']}",
+                f"--authorization-kubeconfig={kubeconfigs['controller-manager']}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={p.controller_manager}",
+                f"--cert-dir={d / 'controller-manager-certs'}",
+                f"--service-account-private-key-file={keys.sa_key}",
+                f"--root-ca-file={keys.ca_cert}",
+                f"--cluster-signing-cert-file={keys.ca_cert}",
+                f"--cluster-signing-key-file={keys.ca_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        scheduler = self._spawn(
+            state,
+            "kube-scheduler",
+            [
+                str(k8s.path("kube-scheduler")),
+                f"--kubeconfig={kubeconfigs['scheduler']}",
+                f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
+                f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={p.scheduler}",
+                f"--cert-dir={d / 'scheduler-certs'}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        probe_cm = f"https://{LOOPBACK}:{p.controller_manager}/healthz"
+        self._wait(state, "kube-controller-manager", controller_manager, probe_cm, timeout)
+        self._wait(state, "kube-scheduler", scheduler, f"https://{LOOPBACK}:{p.scheduler}/healthz", timeout)
+
+        stages = build.KWOK.directory / "stage"
+        kwok_config = d / "kwok-stages.yaml"
+        kwok_config.write_text("\n---\n".join((stages / f).read_text() for f in KWOK_STAGE_FILES))
+        kwok = self._spawn(
+            state,
+            "kwok",
+            [
+                str(build.KWOK.path("kwok")),
+                f"--kubeconfig={kubeconfigs['kwok']}",
+                f"--config={kwok_config}",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                f"--cidr={POD_CIDR}",
+                f"--node-ip={LOOPBACK}",
+                f"--server-address={LOOPBACK}:{p.kwok}",
+            ],
+        )
+        self._wait(state, "kwok", kwok, f"http://{LOOPBACK}:{p.kwok}/healthz", timeout)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fake_nodes(state.nodes)))
+        self._wait_nodes_ready(state, kwok, timeout)
+
+    def _wait_nodes_ready(self, state: State, kwok: subprocess.Popen[bytes], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if kwok.poll() is not None:
+                raise ClusterError(f"kwok exited during start:\n{_tail(state.directory / 'logs' / 'kwok.log')}")
+            result = self.kubectl(
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
+                check=False,
+            )
+            ready = [line for line in result.stdout.splitlines() if line == "True"]
+            if len(ready) >= state.nodes.count:
+                return
+            time.sleep(0.2)
+        raise ClusterError(
+            f"kwok nodes not Ready after {timeout:.0f}s:\n{_tail(state.directory / 'logs' / 'kwok.log')}"
+        )
+
+    def down(self, quiet: bool = False) -> None:
+        """Stop every recorded process (last started first) and remove the state directory. Idempotent."""
+        state = self.state()
+        if state is not None:
+            for name, pid in reversed(list(state.pids.items())):
+                _stop_pid(name, pid, self.directory)
+        if self.directory.exists():
+            shutil.rmtree(self.directory)
+        if not quiet:
+            log(f"down: {self.directory} removed")
+
+    def status(self) -> Iterator[str]:
+        state = self.state()
+        if state is None:
+            yield f"down (no state in {self.directory})"
+            return
+        running = self.running()
+        for name, alive in running.items():
+            yield f"{name:<24} pid {state.pids[name]:<8} {'running' if alive else 'NOT RUNNING'}"
+        healthy = all(running.values()) and self._readyz(state)
+        yield f"apiserver {state.server}: {'ready' if healthy else 'NOT READY'}"
+        yield f"kubeconfig {state.kubeconfig}"
+        if healthy:
+            nodes = self.kubectl("get", "nodes", "--no-headers", check=False).stdout.strip()
+            yield from nodes.splitlines()
+
+
+def fake_nodes(shape: NodeShape) -> list[dict[str, object]]:
+    """Node objects for kwok: GPU and RDMA capacity, GPU product labels, spread over zones."""
+    resources = {
+        "cpu": shape.cpu,
+        "memory": shape.memory,
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(shape.gpus),
+        RDMA_RESOURCE: str(shape.rdma_devices),
+    }
+    nodes: list[dict[str, object]] = []
+    for index in range(shape.count):
+        name = f"gpu-node-{index}"
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                        "topology.kubernetes.io/zone": ZONES[index % len(ZONES)],
+                        "nvidia.com/gpu.present": "true",
+                        "nvidia.com/gpu.product": shape.gpu_product,
+                        "nvidia.com/gpu.count": str(shape.gpus),
+                        "feature.node.kubernetes.io/rdma.available": "true",
+                    },
+                },
+                "status": {"capacity": resources, "allocatable": resources},
+            }
+        )
+    return nodes

@@ -1,0 +1,16 @@
+"""Pinned versions of every binary the local control plane builds; changing one here rebuilds that component."""
+
+KUBERNETES = "v1.37.2"
+ETCD = "v3.6.16"
+KWOK = "v0.8.0"
+# helm v4 from its Go module: one toolchain (Go) builds every binary, and no wheel of a third party is trusted
+# with a static binary whose provenance we cannot check.
+HELM = "v4.3.2"
+# k8s.io/kubernetes v1.37 declares `go 1.26.0` in its go.mod.
+GO_MIN = "1.26"
+
+
+def staging() -> str:
+    """The k8s.io staging module release that matches KUBERNETES (v1.37.2 -> v0.37.2)."""
+    _major, minor, patch = KUBERNETES.lstrip("v").split(".")
+    return f"v0.{minor}.{patch}"

@@ -1,0 +1,111 @@
+"""pytest fixtures shared by every integration suite: one real cluster per session and a namespace per test.
+
+By default the session brings up the local control plane (`e2e/cluster`) in its own state directory and port range,
+so it never collides with a `make demo` or `make cluster-up` cluster, and stops it at the end. Set
+`DISAGGSPEC_TEST_KUBECONFIG` to run the suites against an existing cluster instead (a kind cluster with GPUs, or a
+`make cluster-up` one); a plain `KUBECONFIG` is deliberately not used, so tests never run against whatever cluster a
+shell happens to point at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import build
+from e2e.cluster.controlplane import LocalCluster
+
+TEST_STATE_DIR = Path(__file__).resolve().parents[1] / ".state" / "test-cluster"
+TEST_PORT_BASE = 17379
+
+
+class CommandFailed(AssertionError):
+    """A kubectl or helm call that a test expected to succeed failed."""
+
+
+def _binary(component: build.Component, name: str) -> str:
+    if component.is_built():
+        return str(component.path(name))
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found: run `make cluster-build` or put it on PATH")
+    return found
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A handle on the cluster under test: its kubeconfig and kubectl/helm bound to it."""
+
+    kubeconfig: Path
+    local: bool
+
+    def _run(self, argv: list[str], input: str | None, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+        if check and result.returncode != 0:
+            raise CommandFailed(
+                f"{' '.join(argv)} exited {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+            )
+        return result
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [_binary(build.KUBERNETES, "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        return self._run(argv, input, check, timeout)
+
+    def helm(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [_binary(build.HELM, "helm"), "--kubeconfig", str(self.kubeconfig), *args]
+        return self._run(argv, input, check, timeout)
+
+    def wait_for(self, description: str, predicate: object, timeout: float = 60, interval: float = 0.25) -> None:
+        """Poll `predicate()` until it is truthy; fail naming `description` when it never is."""
+        assert callable(predicate)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    given = os.environ.get("DISAGGSPEC_TEST_KUBECONFIG")
+    if given:
+        yield Cluster(Path(given), local=False)
+        return
+    local = LocalCluster(TEST_STATE_DIR)
+    if local.state() is not None:
+        # A previous run was killed before its teardown: clear it so this run starts clean.
+        local.down(quiet=True)
+    state = local.up(port_base=TEST_PORT_BASE)
+    try:
+        yield Cluster(state.kubeconfig, local=True)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace with its `default` ServiceAccount (pods are rejected until it exists); deleted afterwards."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.wait_for(
+        f"ServiceAccount default in {name}",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
