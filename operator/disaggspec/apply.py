@@ -1,0 +1,177 @@
+"""The only module that writes to the Kubernetes API: server-side apply of children, pruning, the status patch.
+
+Children are applied with one field manager and `force=true` (the operator owns every field it renders), each with
+a controller owner reference to its DisaggSpecService so deleting the service garbage-collects them. A child is
+written only when `drift.needs_apply` says the live object differs, so a resync of unchanged services sends no
+write. Children that carry our labels but are no longer rendered are pruned (deleted with a UID precondition, so a
+recreated object of the same name is never removed by mistake). Requests go through the `kubernetes` client's
+`ApiClient`, which handles every kubeconfig and in-cluster credential form; paths come from a fixed kind table, so
+no discovery round trip is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from kubernetes import client as k8s
+
+from disaggspec import constants as c
+from disaggspec.drift import needs_apply, with_applied_hash
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A namespaced kind the operator owns, and where its REST collection lives."""
+
+    api_version: str
+    kind: str
+    plural: str
+
+    def collection(self, namespace: str) -> str:
+        prefix = "/api" if "/" not in self.api_version else "/apis"
+        return f"{prefix}/{self.api_version}/namespaces/{namespace}/{self.plural}"
+
+
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
+ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+SERVICE = Kind("v1", "Service", "services")
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+# Apply order: the router's identity and permissions exist before the pods that use them.
+OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, DEPLOYMENT)
+KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
+SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
+
+
+class ApiError(RuntimeError):
+    """A request the operator needed was refused; carries the HTTP status and the server's message."""
+
+    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass
+class SyncResult:
+    """What one `sync` pass did."""
+
+    applied: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied or self.pruned)
+
+
+def ref(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def owned_selector(service_name: str) -> str:
+    return f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY},{c.LABEL_SERVICE}={service_name}"
+
+
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+class Client:
+    """A thin JSON client over the `kubernetes` ApiClient for the operator's few kinds."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+        self.writes = 0
+
+    def request(
+        self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None, content_type: str = ""
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        full_path = path + ("?" + urlencode(query) if query else "")
+        method_, url, headers_, body_, _ = self.api.param_serialize(
+            method, full_path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(method_, url, header_params=headers_, body=body_, _request_timeout=30)
+        raw: bytes = response.read()  # type: ignore[no-untyped-call]
+        payload: dict[str, Any] = json.loads(raw) if raw else {}
+        if response.status >= 400:
+            raise ApiError(response.status, method, path, str(payload.get("message", raw[:300])))
+        if method != "GET":
+            self.writes += 1
+        return payload
+
+    def list(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        items = self.request("GET", kind.collection(namespace), {"labelSelector": selector}).get("items", [])
+        for item in items:
+            # List items omit apiVersion/kind; restore them so every object is self-describing.
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return list(items)
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        kind = KINDS_BY_NAME[(manifest["apiVersion"], manifest["kind"])]
+        path = f"{kind.collection(manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        query = {"fieldManager": c.FIELD_MANAGER, "force": "true"}
+        return self.request("PATCH", path, query, manifest, "application/apply-patch+yaml")
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        kind = KINDS_BY_NAME[(obj["apiVersion"], obj["kind"])]
+        path = f"{kind.collection(obj['metadata']['namespace'])}/{obj['metadata']['name']}"
+        body = {"propagationPolicy": "Background", "preconditions": {"uid": obj["metadata"]["uid"]}}
+        try:
+            self.request("DELETE", path, body=body)
+        except ApiError as error:
+            if error.status not in (404, 409):  # already gone, or replaced by a newer object of the same name
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        path = f"{SERVICE_RESOURCE.collection(namespace)}/{name}/status"
+        self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+
+
+def sync(
+    client: Client,
+    owner: dict[str, Any],
+    desired: Iterable[dict[str, Any]],
+    live: Iterable[dict[str, Any]],
+) -> SyncResult:
+    """Apply what differs from `live`, prune owned objects no longer desired; returns what it did."""
+    result = SyncResult()
+    live_by_ref = {ref(obj): obj for obj in live}
+    wanted: set[str] = set()
+    for manifest in desired:
+        stamped = with_applied_hash(manifest)
+        stamped["metadata"]["ownerReferences"] = [owner_reference(owner)]
+        key = ref(stamped)
+        wanted.add(key)
+        if needs_apply(stamped, live_by_ref.get(key)):
+            client.apply(stamped)
+            result.applied.append(key)
+        else:
+            result.unchanged += 1
+    for key, obj in live_by_ref.items():
+        owners = obj["metadata"].get("ownerReferences", [])
+        ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)
+        if key not in wanted and ours:
+            client.delete(obj)
+            result.pruned.append(key)
+    return result
+
+
+def list_children(client: Client, namespace: str, service_name: str) -> list[dict[str, Any]]:
+    """Every live object of an owned kind that carries this service's labels (one LIST per kind)."""
+    selector = owned_selector(service_name)
+    return [obj for kind in OWNED_KINDS for obj in client.list(kind, namespace, selector)]

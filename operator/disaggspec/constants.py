@@ -1,0 +1,59 @@
+"""Names shared by render, status, apply and the handlers: API coordinates, label and annotation keys, conditions.
+
+Every key is a constant with a one-line doc so a grep finds each place that reads or writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "disaggspec.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "DisaggSpecService"
+PLURAL: Final = "disaggspecservices"
+
+FIELD_MANAGER: Final = "disaggspec-operator"
+"""The one server-side-apply field manager the operator writes every child with."""
+
+MANAGED_BY: Final = "disaggspec-operator"
+"""Value of app.kubernetes.io/managed-by on every child."""
+
+# ---- labels --------------------------------------------------------------------------------------------------------
+LABEL_NAME: Final = "app.kubernetes.io/name"
+"""Always `sglang` for pools, `sglang-router` for the router."""
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+"""The DisaggSpecService name."""
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+"""`prefill`, `decode` or `router`."""
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+"""`disaggspec-operator`: what the operator lists and prunes."""
+LABEL_SERVICE: Final = "disaggspec.io/service"
+"""The owning DisaggSpecService name (selector for pruning and for the router's discovery)."""
+LABEL_ROLE: Final = "disaggspec.io/role"
+"""`prefill` or `decode` on pool pods; the router selects on it."""
+LABEL_FINGERPRINT: Final = "disaggspec.io/spec-fingerprint"
+"""Hash of every setting that must match across the pair; the router pairs only pods that carry the same one."""
+
+# ---- annotations ---------------------------------------------------------------------------------------------------
+ANNOTATION_APPLIED_HASH: Final = "disaggspec.io/applied-hash"
+"""Hash of the rendered manifest last applied: a changed render is re-applied even if only a field was dropped."""
+ANNOTATION_BOOTSTRAP_PORT: Final = "sglang.ai/bootstrap-port"
+"""On prefill pods: the disaggregation bootstrap port the router hands to decode."""
+ANNOTATION_MULTUS_NETWORKS: Final = "k8s.v1.cni.cncf.io/networks"
+"""Multus secondary networks (the RDMA NICs) attached to pool pods."""
+
+# ---- roles ---------------------------------------------------------------------------------------------------------
+ROLE_PREFILL: Final = "prefill"
+ROLE_DECODE: Final = "decode"
+ROLE_ROUTER: Final = "router"
+
+# ---- conditions ----------------------------------------------------------------------------------------------------
+CONDITION_READY: Final = "Ready"
+"""Every pool and the router have all replicas updated and ready."""
+CONDITION_SPEC_CONSISTENT: Final = "SpecConfigConsistent"
+"""The spec passed the cross-pool rule table; False carries the failing rule's message."""
+CONDITION_PROGRESSING: Final = "Progressing"
+"""A rollout is under way (children applied but not all replicas updated and ready)."""
+CONDITION_DEGRADED: Final = "Degraded"
+"""A child cannot make progress (rollout deadline exceeded, replica failure) or applying it failed."""
