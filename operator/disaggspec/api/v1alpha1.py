@@ -1,0 +1,514 @@
+"""The `DisaggSpecService` API, version `disaggspec.io/v1alpha1`: pydantic models of the spec and status.
+
+These models are the API. The CRD (OpenAPI schema, `kubectl explain` descriptions, defaults, printer columns) is
+generated from them by `disaggspec.api.crd`, and the cross-field rules live in `disaggspec.validation`. Field names are
+snake_case in Python and camelCase on the wire (`populate_by_name`, so both parse). Spec models forbid unknown fields;
+the status model ignores them so an older operator can read a newer status. Free-form Kubernetes objects (tolerations,
+affinity, `valueFrom`) are plain dicts: the API server keeps them as given and the kubelet validates them.
+
+Settings that exist once in the spec (model, sglang, engine, transfer, the shared `speculative` block) are identical
+on both pools by construction; only what a pool may override (its `speculative` block) is cross-checked by the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from disaggspec.sglang.profiles import SGLangVersion
+
+GROUP: Final = "disaggspec.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "DisaggSpecService"
+PLURAL: Final = "disaggspecservices"
+SINGULAR: Final = "disaggspecservice"
+SHORT_NAMES: Final = ("dss",)
+CATEGORIES: Final = ("all", "disaggspec")
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+"""The extended resource a pool's GPUs are requested as."""
+MAX_GPUS_PER_POD: Final = 16
+"""Upper bound of GPUs in one pool pod (one node); bounds tensorParallelSize and the per-GPU ib device map."""
+DEFAULT_BOOTSTRAP_PORT: Final = 8998
+"""SGLang's default `--disaggregation-bootstrap-port` (0.5.2 server_args.py:379, 0.5.23 fields/disagg.py:81-83)."""
+DEFAULT_ROUTER_PORT: Final = 30000
+"""The router's HTTP port (sglang-router's own default)."""
+
+# Bounds that keep CEL cost estimates finite; generous for any real manifest.
+_MAX_STR: Final = 1024
+_MAX_NAME: Final = 253
+_MAX_ARG: Final = 4096
+_MAX_LIST: Final = 128
+
+Name = Annotated[str, Field(min_length=1, max_length=_MAX_NAME)]
+Quantity = int | Annotated[str, Field(max_length=64)]
+QuantityMap = Annotated[dict[str, Quantity], Field(max_length=32)]
+FreeForm = dict[str, Any]
+
+ModelDtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
+Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN"]
+TransferBackend = Literal["mooncake", "nixl", "mooncake_tcp", "mori", "ascend", "fake"]
+KvCacheDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_mx_block16", "mxfp8", "nvfp4"]
+DraftKvCacheDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: camelCase on the wire, unknown fields rejected, immutable once parsed."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class StatusModel(BaseModel):
+    """Base of every status model: camelCase on the wire, unknown fields ignored (written by newer operators)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+
+# ---- sglang ------------------------------------------------------------------------------------------------------
+
+
+class LocalObjectReference(SpecModel):
+    """A reference to an object in the same namespace."""
+
+    name: Name = Field(description="Name of the referenced object.")
+
+
+class SGLangSpec(SpecModel):
+    """The SGLang server image both pools run and the release it contains."""
+
+    image: str = Field(
+        min_length=1,
+        max_length=_MAX_STR,
+        description="Container image of the SGLang server (normally the project's patched image). Both pools run it.",
+    )
+    version: SGLangVersion = Field(
+        description="SGLang release inside the image. Selects the flag profile the operator renders and validates "
+        "against; only supported releases are accepted.",
+    )
+    image_pull_policy: PullPolicy = Field(default="IfNotPresent", description="Pull policy of the SGLang image.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets holding registry credentials for the SGLang and router images.",
+    )
+    topk_buffer_width: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Width of the top-k metadata rows that carry the first draft proposal from prefill to decode. "
+        "Leave unset to use the release's width (16). Set it only when the image's patch widens that buffer; "
+        "eagleTopk (times numSteps with multiLayer) must fit in it.",
+    )
+
+
+# ---- model -------------------------------------------------------------------------------------------------------
+
+
+class HostPathVolume(SpecModel):
+    """A directory on the node."""
+
+    path: str = Field(min_length=1, max_length=_MAX_STR, description="Directory on the node holding the weights.")
+
+
+class PersistentVolumeClaimVolume(SpecModel):
+    """An existing PersistentVolumeClaim in the service's namespace."""
+
+    claim_name: Name = Field(description="Name of the PersistentVolumeClaim holding the weights.")
+    read_only: bool = Field(default=True, description="Mount the claim read-only.")
+
+
+class ModelVolume(SpecModel):
+    """Where the weights come from when they are not downloaded from Hugging Face. Set exactly one source."""
+
+    host_path: HostPathVolume | None = Field(default=None, description="Weights in a directory on the node.")
+    persistent_volume_claim: PersistentVolumeClaimVolume | None = Field(
+        default=None, description="Weights on a PersistentVolumeClaim."
+    )
+    mount_path: str = Field(
+        default="/models",
+        min_length=1,
+        max_length=_MAX_STR,
+        pattern=r"^/",
+        description="Where the volume is mounted in the SGLang containers; model.path and draftModel.path may "
+        "point below it.",
+    )
+
+
+class SecretKeyRef(SpecModel):
+    """A key of a Secret in the service's namespace."""
+
+    name: Name = Field(description="Name of the Secret.")
+    key: Name = Field(default="token", description="Key inside the Secret.")
+
+
+class ModelSpec(SpecModel):
+    """The target model both pools serve."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=_MAX_STR,
+        description="Hugging Face repo id (for example meta-llama/Llama-3.1-8B-Instruct) or a path inside the "
+        "model volume. Rendered as --model-path on both pools.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=_MAX_NAME, description="Branch, tag or commit of the model repo (--revision)."
+    )
+    dtype: ModelDtype = Field(default="auto", description="Weight and activation dtype (--dtype).")
+    trust_remote_code: bool = Field(default=False, description="Allow custom model code from the repo.")
+    served_model_name: str | None = Field(
+        default=None, max_length=_MAX_NAME, description="Model name reported by the OpenAI API (--served-model-name)."
+    )
+    volume: ModelVolume | None = Field(default=None, description="Volume holding the weights, if not downloaded.")
+    hf_token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a Hugging Face token (exported as HF_TOKEN) for gated repos."
+    )
+
+
+# ---- speculative -------------------------------------------------------------------------------------------------
+
+
+class DraftModel(SpecModel):
+    """The draft checkpoint of EAGLE/EAGLE3 (NEXTN uses the target model's MTP layers and needs none)."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=_MAX_STR,
+        description="Hugging Face repo id or path of the draft model (--speculative-draft-model-path).",
+    )
+    revision: str | None = Field(
+        default=None,
+        max_length=_MAX_NAME,
+        description="Branch, tag or commit of the draft repo (--speculative-draft-model-revision).",
+    )
+
+
+class SpeculativeSpec(SpecModel):
+    """Speculative decoding settings shared by both pools. A pool's own `speculative` block overrides single fields;
+    the operator rejects any pair whose effective settings differ where SGLang assumes them equal."""
+
+    algorithm: Algorithm = Field(
+        description="Speculative algorithm (--speculative-algorithm). EAGLE and EAGLE3 need draftModel; NEXTN runs "
+        "the target's multi-token-prediction layers (DeepSeek MTP). Immutable: the hidden-state rows sent from "
+        "prefill to decode change width with it.",
+    )
+    draft_model: DraftModel | None = Field(default=None, description="Draft model; required for EAGLE and EAGLE3.")
+    num_steps: int = Field(
+        default=3, ge=1, le=64, description="Draft steps per verification (--speculative-num-steps)."
+    )
+    eagle_topk: int = Field(
+        default=1, ge=1, le=64, description="Tokens drafted per step; 1 drafts a chain (--speculative-eagle-topk)."
+    )
+    num_draft_tokens: int | None = Field(
+        default=None,
+        ge=2,
+        le=1024,
+        description="Tokens verified per step (--speculative-num-draft-tokens). With eagleTopk 1 it must be "
+        "numSteps + 1 and may be left unset; with eagleTopk > 1 it is required.",
+    )
+    rejection_sampling: bool = Field(
+        default=False,
+        description="Verify drafts by rejection sampling (--speculative-use-rejection-sampling); needs eagleTopk 1 "
+        "and SGLang 0.5.23.",
+    )
+    multi_layer: bool = Field(
+        default=False,
+        description="Multi-layer EAGLE (--enable-multi-layer-eagle): prefill sends eagleTopk x numSteps top-k "
+        "entries. SGLang 0.5.23 only.",
+    )
+    draft_kv_cache_dtype: DraftKvCacheDtype | None = Field(
+        default=None,
+        description="KV cache dtype of the draft model (--speculative-draft-kv-cache-dtype); unset follows "
+        "engine.kvCacheDtype. SGLang 0.5.23 only.",
+    )
+
+
+class PoolSpeculativeSpec(SpecModel):
+    """Per-pool overrides of the shared speculative settings; every unset field inherits spec.speculative."""
+
+    algorithm: Algorithm | None = Field(default=None, description="Overrides spec.speculative.algorithm.")
+    draft_model: DraftModel | None = Field(default=None, description="Overrides spec.speculative.draftModel.")
+    num_steps: int | None = Field(default=None, ge=1, le=64, description="Overrides spec.speculative.numSteps.")
+    eagle_topk: int | None = Field(default=None, ge=1, le=64, description="Overrides spec.speculative.eagleTopk.")
+    num_draft_tokens: int | None = Field(
+        default=None, ge=2, le=1024, description="Overrides spec.speculative.numDraftTokens."
+    )
+    rejection_sampling: bool | None = Field(default=None, description="Overrides spec.speculative.rejectionSampling.")
+    multi_layer: bool | None = Field(default=None, description="Overrides spec.speculative.multiLayer.")
+    draft_kv_cache_dtype: DraftKvCacheDtype | None = Field(
+        default=None, description="Overrides spec.speculative.draftKvCacheDtype."
+    )
+
+
+# ---- transfer ----------------------------------------------------------------------------------------------------
+
+
+class RdmaSpec(SpecModel):
+    """RDMA wiring of the KV transfer: NIC resources, Multus networks and the InfiniBand devices SGLang uses."""
+
+    resources: QuantityMap = Field(
+        default_factory=dict,
+        description="Extended resources each pool pod requests for its NICs, for example "
+        "{rdma/hca_shared_devices_a: 1}. Added to requests and limits.",
+    )
+    networks: list[
+        Annotated[
+            str,
+            Field(max_length=_MAX_NAME, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        ]
+    ] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Multus NetworkAttachmentDefinitions attached to pool pods, as namespace/name or name.",
+    )
+    ib_devices: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]] = Field(
+        default_factory=list,
+        max_length=MAX_GPUS_PER_POD,
+        description="InfiniBand devices every GPU of a pod may use (--disaggregation-ib-device as a comma list). "
+        "Use either this or ibDevicesPerGpu.",
+    )
+    ib_devices_per_gpu: Annotated[
+        dict[
+            str,
+            Annotated[
+                str, Field(min_length=1, max_length=_MAX_NAME, pattern=r"^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+            ],
+        ],
+        Field(max_length=MAX_GPUS_PER_POD),
+    ] = Field(
+        default_factory=dict,
+        description="InfiniBand devices per GPU index (process-visible), for example {'0': mlx5_0, '1': mlx5_0, "
+        "'2': mlx5_1}; a value may be a comma list. Must name every GPU of both pools. SGLang 0.5.23 only.",
+    )
+    gid_index: int | None = Field(
+        default=None, ge=0, le=255, description="RoCE GID index (exported as MC_GID_INDEX and NCCL_IB_GID_INDEX)."
+    )
+    host_network: bool = Field(
+        default=False,
+        description="Run pool pods in the host network namespace (for NICs not exposed through Multus).",
+    )
+
+
+class TransferSpec(SpecModel):
+    """How KV cache and speculative metadata travel from prefill to decode."""
+
+    backend: TransferBackend = Field(
+        default="mooncake",
+        description="KV transfer backend (--disaggregation-transfer-backend), the same on both pools. Immutable.",
+    )
+    bootstrap_port: int = Field(
+        default=DEFAULT_BOOTSTRAP_PORT,
+        ge=1,
+        le=65535,
+        description="Bootstrap port of the prefill server (--disaggregation-bootstrap-port), the same on both pools: "
+        "decode falls back to its own value when the router passes none.",
+    )
+    rdma: RdmaSpec | None = Field(default=None, description="RDMA NICs for the transfer; unset uses the pod network.")
+
+
+# ---- engine ------------------------------------------------------------------------------------------------------
+
+
+class EngineSpec(SpecModel):
+    """Server settings that must be identical on prefill and decode; set once, rendered on both."""
+
+    page_size: int = Field(default=1, ge=1, le=1024, description="Tokens per KV cache page (--page-size).")
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto", description="KV cache dtype (--kv-cache-dtype); auto follows the model dtype."
+    )
+    attention_backend: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9_]+$",
+        description="Attention backend (--attention-backend); unset lets SGLang choose. Required when eagleTopk > 1 "
+        "and pageSize > 1, since only some backends support that.",
+    )
+    decode_allocation_policy: Literal["early", "prefill_complete"] | None = Field(
+        default=None,
+        description="When decode reserves KV for a request (--disaggregation-decode-allocation-policy). "
+        "SGLang 0.5.23 only.",
+    )
+    kv_checksum: bool | None = Field(
+        default=None,
+        description="Checksum each request's KV pages on prefill and verify on decode "
+        "(--disaggregation-enable-kv-checksum). SGLang 0.5.23 only.",
+    )
+    disagg_sampling_mask: bool | None = Field(
+        default=None,
+        description="Send the sampling mask with the first token (SGLANG_ENABLE_DISAGG_SAMPLING_MASK). "
+        "SGLang 0.5.23 only.",
+    )
+
+
+# ---- pools -------------------------------------------------------------------------------------------------------
+
+
+class ResourceRequirements(SpecModel):
+    """Compute resources of one container, as in a Pod spec."""
+
+    limits: QuantityMap = Field(
+        default_factory=dict,
+        description="Maximum resources, for example {nvidia.com/gpu: 8, memory: 200Gi}. nvidia.com/gpu defaults to "
+        "tensorParallelSize.",
+    )
+    requests: QuantityMap = Field(default_factory=dict, description="Minimum resources the scheduler reserves.")
+
+
+class EnvVar(SpecModel):
+    """An environment variable of the SGLang container."""
+
+    name: str = Field(
+        min_length=1, max_length=_MAX_NAME, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: str | None = Field(default=None, max_length=_MAX_ARG, description="Literal value.")
+    value_from: FreeForm | None = Field(
+        default=None,
+        description="Source of the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef), as in a Pod.",
+    )
+
+
+class PoolSpec(SpecModel):
+    """One pool of SGLang servers (prefill or decode): size, parallelism, scheduling and its draft overrides."""
+
+    replicas: int = Field(default=1, ge=0, le=1024, description="Number of server pods in the pool.")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=MAX_GPUS_PER_POD, description="GPUs one server shards the model over (--tp-size)."
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Resources of the SGLang container."
+    )
+    node_selector: Annotated[dict[str, Annotated[str, Field(max_length=_MAX_NAME)]], Field(max_length=32)] = Field(
+        default_factory=dict, description="Node labels a pool pod requires."
+    )
+    tolerations: list[FreeForm] = Field(
+        default_factory=list, max_length=_MAX_LIST, description="Tolerations of pool pods, as in a Pod spec."
+    )
+    affinity: FreeForm | None = Field(default=None, description="Affinity of pool pods, as in a Pod spec.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=_MAX_LIST, description="Extra environment of the SGLang container."
+    )
+    extra_args: list[Annotated[str, Field(max_length=_MAX_ARG)]] = Field(
+        default_factory=list,
+        max_length=_MAX_LIST,
+        description="Extra SGLang server arguments. Flags the operator renders from typed fields (--speculative-*, "
+        "--disaggregation-*, --model-path, --tp-size, --host, --port, ...) are rejected.",
+    )
+    pod_labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
+        default_factory=dict, description="Extra labels on pool pods."
+    )
+    pod_annotations: Annotated[dict[str, Annotated[str, Field(max_length=_MAX_ARG)]], Field(max_length=32)] = Field(
+        default_factory=dict, description="Extra annotations on pool pods."
+    )
+    speculative: PoolSpeculativeSpec | None = Field(
+        default=None,
+        description="This pool's overrides of spec.speculative; its effective settings must match the other pool's.",
+    )
+
+
+# ---- router ------------------------------------------------------------------------------------------------------
+
+
+class RouterSpec(SpecModel):
+    """The PD router (sglang-router) that pairs prefill and decode servers and serves the OpenAI API."""
+
+    replicas: int = Field(default=1, ge=0, le=64, description="Number of router pods.")
+    image: str | None = Field(
+        default=None, max_length=_MAX_STR, description="Router image; defaults to spec.sglang.image."
+    )
+    policy: RouterPolicy = Field(default="cache_aware", description="Load-balancing policy (--policy).")
+    port: int = Field(
+        default=DEFAULT_ROUTER_PORT, ge=1, le=65535, description="HTTP port of the router and its Service."
+    )
+    service_type: ServiceType = Field(default="ClusterIP", description="Type of the router's Service.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Resources of the router container."
+    )
+
+
+# ---- spec --------------------------------------------------------------------------------------------------------
+
+
+class DisaggSpecServiceSpec(SpecModel):
+    """A prefill pool and a decode pool of one model with one set of speculative settings, plus their router."""
+
+    sglang: SGLangSpec = Field(description="SGLang image and release both pools run.")
+    model: ModelSpec = Field(description="The target model.")
+    speculative: SpeculativeSpec = Field(description="Speculative decoding settings shared by both pools.")
+    transfer: TransferSpec = Field(
+        default_factory=TransferSpec, description="Prefill-to-decode transfer: backend, bootstrap port, RDMA."
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Server settings identical on both pools.")
+    prefill: PoolSpec = Field(description="The prefill pool.")
+    decode: PoolSpec = Field(description="The decode pool.")
+    router: RouterSpec = Field(default_factory=RouterSpec, description="The PD router.")
+
+
+# ---- status ------------------------------------------------------------------------------------------------------
+
+
+class Condition(StatusModel):
+    """One observation of the service's state (Ready, SpecConfigConsistent, Progressing, Degraded)."""
+
+    type: str = Field(max_length=316, description="Condition type.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str | None = Field(default=None, max_length=1024, description="CamelCase reason of the last change.")
+    message: str | None = Field(default=None, max_length=32768, description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        default=None, description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The spec generation this condition was computed from."
+    )
+
+
+class PoolStatus(StatusModel):
+    """Replica counts of one pool (or the router)."""
+
+    replicas: int = Field(default=0, ge=0, description="Desired replicas.")
+    ready_replicas: int = Field(default=0, ge=0, description="Replicas whose server is ready.")
+    updated_replicas: int = Field(default=0, ge=0, description="Replicas running the current spec.")
+    available_replicas: int = Field(default=0, ge=0, description="Replicas ready for at least minReadySeconds.")
+    ready: str | None = Field(default=None, max_length=32, description="readyReplicas/replicas, for kubectl get.")
+
+
+class DisaggSpecServiceStatus(StatusModel):
+    """What the operator last observed."""
+
+    observed_generation: int | None = Field(default=None, ge=0, description="The spec generation last reconciled.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Current conditions.")
+    prefill: PoolStatus | None = Field(default=None, description="The prefill pool's replicas.")
+    decode: PoolStatus | None = Field(default=None, description="The decode pool's replicas.")
+    router: PoolStatus | None = Field(default=None, description="The router's replicas.")
+    spec_fingerprint: str | None = Field(
+        default=None, max_length=128, description="Hash of every setting that must match across the pools."
+    )
+    endpoint: str | None = Field(default=None, max_length=_MAX_STR, description="URL of the router's Service.")
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata the operator reads; everything else is kept as given."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
+
+    name: str = Field(default="", description="Object name.")
+    namespace: str | None = Field(default=None, description="Object namespace.")
+    generation: int | None = Field(default=None, description="Spec generation.")
+    uid: str | None = Field(default=None, description="Object UID.")
+
+
+class DisaggSpecService(BaseModel):
+    """The whole custom resource."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    api_version: Literal["disaggspec.io/v1alpha1"] = Field(default="disaggspec.io/v1alpha1", alias="apiVersion")
+    kind: Literal["DisaggSpecService"] = Field(default=KIND)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: DisaggSpecServiceSpec
+    status: DisaggSpecServiceStatus | None = None

@@ -1,0 +1,1 @@
+"""SGLang knowledge: per-version flag profiles (this package) and, later, server-args rendering."""
