@@ -379,6 +379,8 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={keys.sa_pub}",
                 f"--service-account-signing-key-file={keys.sa_key}",
+                # 127.0.0.1 cannot back the `kubernetes` Service endpoints; nothing in-cluster runs, so keep none.
+                "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--cert-dir={d / 'apiserver-certs'}",
@@ -404,7 +406,8 @@ class LocalCluster:
                 f"--cluster-signing-key-file={keys.ca_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--leader-elect=false",
-                "--use-service-account-credentials=false",
+                # Each controller acts as its own ServiceAccount with the bootstrap RBAC roles, as kubeadm does.
+                "--use-service-account-credentials=true",
                 "--profiling=false",
                 "--v=1",
             ],
