@@ -1,0 +1,61 @@
+"""Names, labels and the spec fingerprint of every child object; pure.
+
+The fingerprint hashes every setting that must be identical on prefill and decode (model, SGLang release and image,
+engine, transfer, the effective speculative settings). It labels the pool pods and is part of the router's
+selectors, so the router never pairs a prefill pod with a decode pod rendered from a different spec, even mid-rollout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from disaggspec import constants as c
+from disaggspec.api import DisaggSpecService, effective_speculative
+
+
+def child_name(service: DisaggSpecService, component: str) -> str:
+    return f"{service.metadata.name}-{component}"
+
+
+def fingerprint(service: DisaggSpecService) -> str:
+    """16 hex characters of SHA-256 over the must-match settings; changes exactly when one of them changes."""
+    spec = service.spec
+    must_match = {
+        "sglang": {"version": spec.sglang.version, "image": spec.sglang.image, "topk": spec.sglang.topk_buffer_width},
+        "model": spec.model.model_dump(mode="json", include={"path", "revision", "dtype", "trust_remote_code"}),
+        "engine": spec.engine.model_dump(mode="json"),
+        "transfer": spec.transfer.model_dump(mode="json", include={"backend", "bootstrap_port"}),
+        "speculative": {
+            role: dataclasses.asdict(effective_speculative(spec, role)) for role in (c.ROLE_PREFILL, c.ROLE_DECODE)
+        },
+    }
+    canonical = json.dumps(must_match, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def labels(service: DisaggSpecService, component: str) -> dict[str, str]:
+    """Labels every child of `component` carries (and the router's pods); no fingerprint: selectors are immutable."""
+    return {
+        c.LABEL_NAME: "sglang-router" if component == c.ROLE_ROUTER else "sglang",
+        c.LABEL_INSTANCE: service.metadata.name,
+        c.LABEL_COMPONENT: component,
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+        c.LABEL_SERVICE: service.metadata.name,
+        c.LABEL_ROLE: component,
+    }
+
+
+def selector(service: DisaggSpecService, component: str) -> dict[str, str]:
+    """The immutable Deployment selector of `component`."""
+    return {c.LABEL_SERVICE: service.metadata.name, c.LABEL_ROLE: component}
+
+
+def metadata(service: DisaggSpecService, component: str, name: str | None = None) -> dict[str, Any]:
+    return {
+        "name": name or child_name(service, component),
+        "namespace": service.metadata.namespace,
+        "labels": labels(service, component),
+    }

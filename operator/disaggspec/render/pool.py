@@ -1,0 +1,151 @@
+"""Renders one pool (prefill or decode): a Deployment of SGLang servers and a headless Service; pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disaggspec import constants as c
+from disaggspec.api import DisaggSpecService, PoolName, pool
+from disaggspec.api.v1alpha1 import GPU_RESOURCE
+from disaggspec.render import names, rdma
+from disaggspec.sglang.args import SERVER_PORT, server_args
+from disaggspec.sglang.profiles import profile_for
+
+CONTAINER = "sglang"
+SHM_SIZE = "32Gi"
+"""Memory-backed /dev/shm: NCCL and the CUDA IPC of tensor parallelism need far more than the 64 MiB default."""
+HEALTH_PATH = "/health"
+STARTUP_BUDGET_SECONDS = 1800
+"""How long a server may take to load weights and capture CUDA graphs before the kubelet restarts it."""
+
+
+def _resources(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:
+    pool_spec = pool(service.spec, role)
+    extended: dict[str, Any] = {GPU_RESOURCE: pool_spec.tensor_parallel_size}
+    extended.update(rdma.resources(service.spec.transfer))
+    limits = {**extended, **pool_spec.resources.limits}
+    # Extended resources must be requested exactly as limited; the scheduler reads requests.
+    requests = {**pool_spec.resources.requests, **{k: limits[k] for k in extended}}
+    return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
+
+
+def _env(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
+    spec = service.spec
+    out: list[dict[str, Any]] = []
+    token = spec.model.hf_token_secret_ref
+    if token is not None:
+        out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
+    mask = spec.engine.disagg_sampling_mask
+    if mask is not None and profile_for(spec.sglang.version).has_disagg_sampling_mask:
+        out.append({"name": "SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "value": "1" if mask else "0"})
+    out += rdma.env(spec.transfer)
+    out += [var.model_dump(mode="json", by_alias=True, exclude_none=True) for var in pool(spec, role).env]
+    return out
+
+
+def _volumes(service: DisaggSpecService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volume = service.spec.model.volume
+    if volume is not None:
+        if volume.host_path is not None:
+            volumes.append({"name": "model", "hostPath": {"path": volume.host_path.path, "type": "Directory"}})
+            read_only = True
+        elif volume.persistent_volume_claim is not None:
+            claim = volume.persistent_volume_claim
+            volumes.append(
+                {"name": "model", "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": True}}
+            )
+            read_only = claim.read_only
+        else:
+            return volumes, mounts
+        mounts.append({"name": "model", "mountPath": volume.mount_path, "readOnly": read_only})
+    return volumes, mounts
+
+
+def _probe(period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _ports(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
+    ports = [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}]
+    if role == c.ROLE_PREFILL:
+        ports.append({"name": "bootstrap", "containerPort": service.spec.transfer.bootstrap_port, "protocol": "TCP"})
+    return ports
+
+
+def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> dict[str, Any]:
+    spec = service.spec
+    pool_spec = pool(spec, role)
+    pod_labels = {**pool_spec.pod_labels, **names.labels(service, role), c.LABEL_FINGERPRINT: fingerprint}
+    pod_annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
+    if role == c.ROLE_PREFILL:
+        # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.
+        pod_annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(spec.transfer.bootstrap_port)
+    volumes, mounts = _volumes(service)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.sglang.image,
+        "imagePullPolicy": spec.sglang.image_pull_policy,
+        "command": server_args(service, role),
+        "ports": _ports(service, role),
+        "env": _env(service, role),
+        "resources": _resources(service, role),
+        "securityContext": rdma.security_context(spec.transfer),
+        "volumeMounts": mounts,
+        "startupProbe": _probe(10, STARTUP_BUDGET_SECONDS // 10),
+        "readinessProbe": _probe(10, 3),
+        "livenessProbe": _probe(20, 6, timeout=10),
+    }
+    pod_spec: dict[str, Any] = {
+        # The servers never talk to the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 60,
+        **rdma.host_network(spec.transfer),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if pool_spec.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(pool_spec.node_selector.items()))
+    if pool_spec.tolerations:
+        pod_spec["tolerations"] = list(pool_spec.tolerations)
+    if pool_spec.affinity:
+        pod_spec["affinity"] = pool_spec.affinity
+    if spec.sglang.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.sglang.image_pull_secrets]
+    template_metadata: dict[str, Any] = {"labels": pod_labels}
+    if pod_annotations:
+        template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
+    meta = names.metadata(service, role)
+    meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": pool_spec.replicas,
+            "selector": {"matchLabels": names.selector(service, role)},
+            # A surge pod would need a whole extra set of GPUs that a GPU cluster rarely has idle.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {"metadata": template_metadata, "spec": pod_spec},
+        },
+    }
+
+
+def headless_service(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:
+    """Stable DNS for each server pod (and the port the router discovers)."""
+    ports = [
+        {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
+        for p in _ports(service, role)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": names.metadata(service, role),
+        "spec": {"clusterIP": "None", "selector": names.selector(service, role), "ports": ports},
+    }

@@ -1,0 +1,144 @@
+"""Renders the PD router: its ServiceAccount, Role and RoleBinding (list/watch pods), Deployment and Service; pure.
+
+sglang-router discovers servers itself (`--service-discovery`) by label selectors in the service's namespace. The
+selectors include the spec fingerprint, so the router only pairs pods rendered from the same must-match settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disaggspec import constants as c
+from disaggspec.api import DisaggSpecService
+from disaggspec.config import OperatorConfig
+from disaggspec.render import names
+from disaggspec.sglang.args import SERVER_PORT
+
+CONTAINER = "router"
+METRICS_PORT = 29000
+"""sglang-router's Prometheus port (its own default)."""
+
+
+def _selector_args(service: DisaggSpecService, role: str, fingerprint: str) -> list[str]:
+    wanted = {**names.selector(service, role), c.LABEL_FINGERPRINT: fingerprint}
+    return [f"{key}={value}" for key, value in sorted(wanted.items())]
+
+
+def command(service: DisaggSpecService, fingerprint: str) -> list[str]:
+    router = service.spec.router
+    return [
+        "python3",
+        "-m",
+        "sglang_router.launch_router",
+        "--pd-disaggregation",
+        "--service-discovery",
+        "--service-discovery-namespace",
+        str(service.metadata.namespace),
+        "--service-discovery-port",
+        str(SERVER_PORT),
+        "--prefill-selector",
+        *_selector_args(service, c.ROLE_PREFILL, fingerprint),
+        "--decode-selector",
+        *_selector_args(service, c.ROLE_DECODE, fingerprint),
+        "--policy",
+        router.policy,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(router.port),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+    ]
+
+
+def rbac(service: DisaggSpecService) -> list[dict[str, Any]]:
+    name = names.child_name(service, c.ROLE_ROUTER)
+    meta = names.metadata(service, c.ROLE_ROUTER)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": service.metadata.namespace}],
+        },
+    ]
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: str) -> dict[str, Any]:
+    spec = service.spec
+    router = spec.router
+    image = router.image or config.router_image or spec.sglang.image
+    resources = router.resources.model_dump(mode="json", exclude_defaults=True)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": spec.sglang.image_pull_policy,
+        "command": command(service, fingerprint),
+        "ports": [
+            {"name": "http", "containerPort": router.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "livenessProbe": _probe("/liveness", 10, 6),
+        # Ready only once it has healthy prefill and decode workers to route to.
+        "readinessProbe": _probe("/readiness", 5, 3),
+    }
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": names.child_name(service, c.ROLE_ROUTER),
+        "containers": [container],
+    }
+    if spec.sglang.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.sglang.image_pull_secrets]
+    meta = names.metadata(service, c.ROLE_ROUTER)
+    meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": router.replicas,
+            "selector": {"matchLabels": names.selector(service, c.ROLE_ROUTER)},
+            "template": {
+                "metadata": {"labels": {**names.labels(service, c.ROLE_ROUTER), c.LABEL_FINGERPRINT: fingerprint}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service_(service: DisaggSpecService) -> dict[str, Any]:
+    router = service.spec.router
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": names.metadata(service, c.ROLE_ROUTER),
+        "spec": {
+            "type": router.service_type,
+            "selector": names.selector(service, c.ROLE_ROUTER),
+            "ports": [
+                {"name": "http", "port": router.port, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def endpoint(service: DisaggSpecService) -> str:
+    name = names.child_name(service, c.ROLE_ROUTER)
+    return f"http://{name}.{service.metadata.namespace}.svc:{service.spec.router.port}"

@@ -1,0 +1,90 @@
+"""Builds each pool's SGLang server command line from the typed spec; pure.
+
+The command is `python3 -m sglang.launch_server` followed by flags in a fixed order: model, parallelism, network,
+disaggregation (mode, bootstrap port, transfer backend, ib devices), engine, speculative, then the user's
+`extraArgs` last. Only flags the pinned release's parser knows are emitted (the profile says which exist), so a
+rendered command never fails on an unknown option; the conformance test parses every rendered command with the real
+parser of each release.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from disaggspec.api import DisaggSpecService, PoolName, effective_speculative, pool
+from disaggspec.api.effective import EffectiveSpeculative
+from disaggspec.api.v1alpha1 import RdmaSpec
+from disaggspec.sglang.profiles import SGLangProfile, profile_for
+
+SERVER_PORT: Final = 30000
+"""Port of the SGLang HTTP server inside a pool pod (the router's --service-discovery-port)."""
+LAUNCH: Final = ("python3", "-m", "sglang.launch_server")
+
+
+def ib_device_arg(rdma: RdmaSpec | None) -> str | None:
+    """`--disaggregation-ib-device`: a comma list, or a per-GPU JSON map with sorted GPU keys."""
+    if rdma is None:
+        return None
+    if rdma.ib_devices_per_gpu:
+        ordered = dict(sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: int(item[0])))
+        return json.dumps(ordered, separators=(",", ":"))
+    if rdma.ib_devices:
+        return ",".join(rdma.ib_devices)
+    return None
+
+
+def speculative_args(eff: EffectiveSpeculative, profile: SGLangProfile) -> list[str]:
+    args = ["--speculative-algorithm", eff.algorithm]
+    if eff.draft_model is not None:
+        args += ["--speculative-draft-model-path", eff.draft_model.path]
+        if eff.draft_model.revision:
+            args += ["--speculative-draft-model-revision", eff.draft_model.revision]
+    args += ["--speculative-num-steps", str(eff.num_steps), "--speculative-eagle-topk", str(eff.eagle_topk)]
+    if eff.num_draft_tokens is not None:
+        args += ["--speculative-num-draft-tokens", str(eff.num_draft_tokens)]
+    if eff.rejection_sampling and profile.has_rejection_sampling:
+        args.append("--speculative-use-rejection-sampling")
+    if eff.multi_layer and profile.has_multi_layer_eagle:
+        args.append("--enable-multi-layer-eagle")
+    if eff.draft_kv_cache_dtype is not None and profile.draft_kv_cache_dtypes:
+        args += ["--speculative-draft-kv-cache-dtype", eff.draft_kv_cache_dtype]
+    return args
+
+
+def server_args(service: DisaggSpecService, role: PoolName) -> list[str]:
+    """The full argv of one pool's SGLang server container."""
+    spec = service.spec
+    pool_spec = pool(spec, role)
+    profile = profile_for(spec.sglang.version)
+    model = spec.model
+    args = [*LAUNCH, "--model-path", model.path]
+    if model.revision:
+        args += ["--revision", model.revision]
+    args += ["--dtype", model.dtype]
+    if model.trust_remote_code:
+        args.append("--trust-remote-code")
+    if model.served_model_name:
+        args += ["--served-model-name", model.served_model_name]
+    args += ["--tp-size", str(pool_spec.tensor_parallel_size)]
+    args += ["--host", "0.0.0.0", "--port", str(SERVER_PORT), "--enable-metrics"]
+
+    transfer = spec.transfer
+    args += ["--disaggregation-mode", role]
+    args += ["--disaggregation-bootstrap-port", str(transfer.bootstrap_port)]
+    args += ["--disaggregation-transfer-backend", transfer.backend]
+    ib_devices = ib_device_arg(transfer.rdma)
+    if ib_devices is not None:
+        args += ["--disaggregation-ib-device", ib_devices]
+
+    engine = spec.engine
+    args += ["--page-size", str(engine.page_size), "--kv-cache-dtype", engine.kv_cache_dtype]
+    if engine.attention_backend:
+        args += ["--attention-backend", engine.attention_backend]
+    if engine.decode_allocation_policy is not None and profile.has_decode_allocation_policy:
+        args += ["--disaggregation-decode-allocation-policy", engine.decode_allocation_policy]
+    if engine.kv_checksum and profile.has_kv_checksum:
+        args.append("--disaggregation-enable-kv-checksum")
+
+    args += speculative_args(effective_speculative(spec, role), profile)
+    return args + list(pool_spec.extra_args)
