@@ -8,7 +8,9 @@ cannot express. A rule's message is static, names the field(s) and the fix, and 
 
 The pools share one `model`, `sglang`, `engine` and `transfer` block, so "engine settings identical on both sides"
 (model path/revision/dtype, sglang version, page size, KV cache dtype, transfer backend, bootstrap port) holds by
-construction and needs no rule; only what a pool may override (its `speculative` block) is cross-checked. Citations
+construction and needs no rule; only what a pool may override (its `speculative` block) is cross-checked. Likewise
+the algorithm enum of the API (EAGLE, EAGLE3, NEXTN) is accepted by every supported release, which a unit test
+asserts against the profiles instead of a rule that could never fire. Citations
 are `file:line` inside the released wheels (`pip download --no-deps sglang==<version>`).
 """
 
@@ -303,11 +305,6 @@ def _check_draft_model_required(service: DisaggSpecService, p: PoolName, eff: Ef
     the target model (0.5.2 sglang/srt/server_args.py:743-751; 0.5.23 routes NEXTN the same way,
     sglang/srt/speculative/spec_info.py:60-61)."""
     return eff.algorithm not in _EAGLE_WITH_DRAFT or eff.draft_model is not None
-
-
-def _check_algorithm_supported(service: DisaggSpecService, p: PoolName, eff: EffectiveSpeculative) -> bool:
-    """0.5.2 sglang/srt/server_args.py:1536-1540 (choices); 0.5.23 sglang/srt/speculative/spec_info.py:32-65."""
-    return eff.algorithm in _profile(service).speculative_algorithms
 
 
 def _check_backend_supported(service: DisaggSpecService) -> Iterator[str]:
@@ -612,21 +609,6 @@ RULES: Final[tuple[Rule, ...]] = (
             _both(
                 lambda p: (
                     f"!({_eff_required(p, 'algorithm')} in {_list(_EAGLE_WITH_DRAFT)}) || {_has_eff(p, 'draftModel')}"
-                )
-            ),
-        ),
-    ),
-    Rule(
-        id="spec-algorithm-supported",
-        fields=("spec.speculative.algorithm", "spec.sglang.version"),
-        message="spec.speculative.algorithm is not supported by spec.sglang.version: pick an algorithm that "
-        "release accepts or another sglang version",
-        check=_per_pool(_check_algorithm_supported, "algorithm"),
-        cel=Cel(
-            _SPEC,
-            _both(
-                lambda p: _by_version(
-                    lambda prof: f"{_eff_required(p, 'algorithm')} in {_list(prof.speculative_algorithms)}"
                 )
             ),
         ),
@@ -973,10 +955,9 @@ TRANSITION_RULES: Final[tuple[TransitionRule, ...]] = (
     ),
 )
 
-RULES_BY_ID: Final[dict[str, Rule | TransitionRule]] = {
-    **{rule.id: rule for rule in RULES},
-    **{rule.id: rule for rule in TRANSITION_RULES},
-}
+ALL_RULES: Final[tuple[Rule | TransitionRule, ...]] = (*RULES, *TRANSITION_RULES)
+"""Both tables in order: what the CRD generator places and the CEL-twin test compares."""
+RULES_BY_ID: Final[dict[str, Rule | TransitionRule]] = {rule.id: rule for rule in ALL_RULES}
 
 
 def validate(service: DisaggSpecService) -> list[Violation]:

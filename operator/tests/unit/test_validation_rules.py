@@ -1,0 +1,103 @@
+"""The rule table, case by case: every invalid case trips exactly its rule with the rule's message; valid cases trip
+none; every rule has a failing case; update-only rules reject changes to immutable fields."""
+
+from __future__ import annotations
+
+import re
+
+import pydantic
+import pytest
+from disaggspec.api import parse_service
+from disaggspec.sglang.profiles import PROFILES
+from disaggspec.validation import (
+    ALL_RULES,
+    OWNED_FLAGS,
+    RULES,
+    RULES_BY_ID,
+    Rule,
+    TransitionRule,
+    validate,
+    validate_update,
+)
+
+from tests.unit.dss_cases import RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
+
+
+@pytest.mark.parametrize("case", RULE_CASES, ids=lambda c: c.name)
+def test_invalid_case_trips_its_rule(case: Case) -> None:
+    assert case.rule is not None
+    violations = validate(parse_service(case.manifest()))
+    assert {v.rule for v in violations} == {case.rule} | case.also
+    for violation in violations:
+        assert violation.message == RULES_BY_ID[violation.rule].message
+        assert violation.field.startswith(("spec.", "metadata."))
+
+
+@pytest.mark.parametrize("case", VALID_CASES, ids=lambda c: c.name)
+def test_valid_case_trips_nothing(case: Case) -> None:
+    assert validate(parse_service(case.manifest())) == []
+
+
+@pytest.mark.parametrize("case", SCHEMA_CASES, ids=lambda c: c.name)
+def test_schema_case_rejected_by_the_models(case: Case) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        parse_service(case.manifest())
+
+
+def test_every_rule_has_a_failing_case() -> None:
+    covered = {case.rule for case in RULE_CASES}
+    assert {rule.id for rule in RULES} <= covered
+
+
+def test_rule_ids_are_unique_kebab_case() -> None:
+    ids = [rule.id for rule in ALL_RULES]
+    assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule_id) for rule_id in ids)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.id)
+def test_message_names_a_field_it_reads(rule: Rule | TransitionRule) -> None:
+    leaves = {path.rsplit(".", 1)[-1] for path in rule.fields} | set(rule.fields)
+    assert any(leaf in rule.message for leaf in leaves), f"{rule.message!r} names none of {rule.fields}"
+
+
+def test_owned_flags_are_real_flags() -> None:
+    known = set().union(*(p.flags for p in PROFILES.values()))
+    assert set(OWNED_FLAGS) <= known
+
+
+def test_violation_points_at_the_pool() -> None:
+    service = parse_service(edited({"spec.decode.extraArgs": ["--tp-size", "2"]}))
+    assert [(v.rule, v.field) for v in validate(service)] == [("pool-extra-args-owned", "spec.decode.extraArgs")]
+
+
+def test_unknown_flag_points_at_the_argument() -> None:
+    service = parse_service(edited({"spec.prefill.extraArgs": ["--mem-fraction-static", "0.8", "--nope"]}))
+    assert [v.field for v in validate(service)] == ["spec.prefill.extraArgs[2]"]
+
+
+@pytest.mark.parametrize(
+    ("edits", "rule"),
+    [
+        ({"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
+        ({"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
+    ],
+)
+def test_update_of_immutable_field_rejected(edits: dict[str, object], rule: str) -> None:
+    old = parse_service(edited({}))
+    new = parse_service(edited(edits))
+    violations = validate_update(old, new)
+    assert [v.rule for v in violations] == [rule]
+    assert violations[0].message == RULES_BY_ID[rule].message
+
+
+def test_update_of_mutable_fields_accepted() -> None:
+    old = parse_service(edited({}))
+    new = parse_service(edited({"spec.decode.replicas": 4, "spec.speculative.numSteps": 5}))
+    assert validate_update(old, new) == []
+
+
+def test_update_revalidates_the_new_object() -> None:
+    old = parse_service(edited({}))
+    new = parse_service(edited({"spec.speculative.numDraftTokens": 9}))
+    assert {v.rule for v in validate_update(old, new)} == {"spec-num-draft-tokens-chain"}
