@@ -69,15 +69,24 @@ def _rules_by_node() -> dict[str, list[dict[str, str]]]:
     return nodes
 
 
+def _without_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        pruned = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v not in ({}, [])}
+    return value
+
+
 def _object_defaults(cls: type[BaseModel]) -> dict[str, Any]:
-    """`default: {}` for nested objects built by a default factory, so the API server applies their own defaults."""
+    """The full default of each nested object built by a default factory (empty containers left out), so an omitted
+    block gets its fields' defaults. The API server checks a default against the node's CEL rules as written, without
+    defaulting inside it, so `{}` would not do."""
     out: dict[str, Any] = {}
     for name, field in cls.model_fields.items():
         if field.default_factory is None:
             continue
         value = field.default_factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
-            out[field.alias or name] = {}
+            out[field.alias or name] = _without_empty(value.model_dump(mode="json", by_alias=True, exclude_none=True))
     return out
 
 
@@ -118,7 +127,9 @@ class _Structurizer:
         node.pop("title", None)
         types = sorted(str(b.get("type")) for b in branches)
         if types == ["integer", "string"]:
-            return {**node, "x-kubernetes-int-or-string": True}
+            # Keep the string branch's maxLength: CEL cost estimates need a bound on every string.
+            bounds = {k: v for b in branches for k, v in b.items() if k == "maxLength"}
+            return {**node, **bounds, "x-kubernetes-int-or-string": True}
         if len(branches) != 1:
             raise ValueError(f"cannot make a structural schema of anyOf {branches}")
         merged = self.convert(branches[0])

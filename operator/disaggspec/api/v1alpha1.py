@@ -42,6 +42,7 @@ _MAX_STR: Final = 1024
 _MAX_NAME: Final = 253
 _MAX_ARG: Final = 4096
 _MAX_LIST: Final = 128
+_MAX_EXTRA_ARGS: Final = 64
 
 Name = Annotated[str, Field(min_length=1, max_length=_MAX_NAME)]
 Quantity = int | Annotated[str, Field(max_length=64)]
@@ -393,9 +394,9 @@ class PoolSpec(SpecModel):
     env: list[EnvVar] = Field(
         default_factory=list, max_length=_MAX_LIST, description="Extra environment of the SGLang container."
     )
-    extra_args: list[Annotated[str, Field(max_length=_MAX_ARG)]] = Field(
+    extra_args: list[Annotated[str, Field(max_length=_MAX_STR)]] = Field(
         default_factory=list,
-        max_length=_MAX_LIST,
+        max_length=_MAX_EXTRA_ARGS,
         description="Extra SGLang server arguments. Flags the operator renders from typed fields (--speculative-*, "
         "--disaggregation-*, --model-path, --tp-size, --host, --port, ...) are rejected.",
     )
