@@ -265,7 +265,8 @@ def _flag_of(arg: str) -> str | None:
     return arg.split("=", 1)[0] if arg.startswith("--") else None
 
 
-def _is_owned_flag(arg: str) -> bool:
+def is_owned_flag(arg: str) -> bool:
+    """Whether an argument (`--flag` or `--flag=value`) is a flag the operator renders and extraArgs may not set."""
     return re.fullmatch(_OWNED_FLAG_RE, arg) is not None
 
 
@@ -400,8 +401,10 @@ def _check_ib_map_version(service: DisaggSpecService) -> Iterator[str]:
 
 
 def _check_ib_map_covers(service: DisaggSpecService) -> Iterator[str]:
-    """0.5.23 sglang/srt/arg_groups/validation_hook.py:489-560: map keys are process-visible GPU ids; a GPU missing
-    from the map gets no device, so every GPU 0..n-1 of each pool's pods must be listed."""
+    """Map keys are process-visible GPU ids (0.5.23 sglang/srt/arg_groups/fields/disagg.py:84-87), and a GPU missing
+    from the map makes the server fail at start with "No IB devices configured for GPU n" (0.5.23
+    sglang/srt/distributed/device_communicators/mooncake_transfer_engine.py:78-107), so every GPU 0..n-1 of each
+    pool's pods must be listed."""
     rdma = service.spec.transfer.rdma
     if rdma is None or not rdma.ib_devices_per_gpu:
         return
@@ -449,7 +452,7 @@ def _gpus_cover_tp(pool_spec: PoolSpec) -> bool:
 def _extra_args_not_owned(pool_spec: PoolSpec) -> bool:
     """Flags the operator renders from typed fields (0.5.2 sglang/srt/server_args.py:1535-1597 speculative,
     :2109-2156 disaggregation); a second value in extraArgs would silently win or clash on one pool only."""
-    return not any(_is_owned_flag(arg) for arg in pool_spec.extra_args)
+    return not any(is_owned_flag(arg) for arg in pool_spec.extra_args)
 
 
 def _env_not_owned(pool_spec: PoolSpec) -> bool:
@@ -477,12 +480,14 @@ def _check_model_local_path(service: DisaggSpecService) -> Iterator[str]:
 
 
 def _check_volume_source(service: DisaggSpecService) -> Iterator[str]:
+    """A Pod volume has exactly one source; the model volume becomes one."""
     volume = service.spec.model.volume
     if volume is not None and (volume.host_path is None) == (volume.persistent_volume_claim is None):
         yield "spec.model.volume"
 
 
 def _check_env_value(service: DisaggSpecService) -> Iterator[str]:
+    """As in a Pod, an EnvVar with both value and valueFrom is invalid; rejecting here names the field earlier."""
     for p in POOL_NAMES:
         for index, env in enumerate(pool(service.spec, p).env):
             if env.value is not None and env.value_from is not None:

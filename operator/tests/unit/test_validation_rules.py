@@ -7,8 +7,10 @@ import re
 
 import pydantic
 import pytest
-from disaggspec.api import parse_service
-from disaggspec.sglang.profiles import PROFILES
+import yaml
+from disaggspec.api import PoolName, parse_service, pool
+from disaggspec.sglang.args import server_args
+from disaggspec.sglang.profiles import PROFILES, profile_for
 from disaggspec.validation import (
     ALL_RULES,
     OWNED_FLAGS,
@@ -16,11 +18,12 @@ from disaggspec.validation import (
     RULES_BY_ID,
     Rule,
     TransitionRule,
+    is_owned_flag,
     validate,
     validate_update,
 )
 
-from tests.unit.dss_cases import RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
+from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
 
 @pytest.mark.parametrize("case", RULE_CASES, ids=lambda c: c.name)
@@ -101,3 +104,23 @@ def test_update_revalidates_the_new_object() -> None:
     old = parse_service(edited({}))
     new = parse_service(edited({"spec.speculative.numDraftTokens": 9}))
     assert {v.rule for v in validate_update(old, new)} == {"spec-num-draft-tokens-chain"}
+
+
+def _sources() -> list[dict[str, object]]:
+    return [yaml.safe_load(path.read_text()) for path in EXAMPLES] + [case.manifest() for case in VALID_CASES]
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_rendered_flags_are_owned_and_known(role: PoolName) -> None:
+    # The owned-flag rule must cover everything the renderer writes, or extraArgs could set a flag twice; and every
+    # rendered flag must exist in the chosen release's parser.
+    for obj in _sources():
+        service = parse_service(obj)
+        argv = server_args(service, role)
+        extra = pool(service.spec, role).extra_args
+        rendered = argv[: len(argv) - len(extra)] if extra else argv
+        profile = profile_for(service.spec.sglang.version)
+        for arg in rendered:
+            if arg.startswith("--"):
+                assert is_owned_flag(arg), f"{arg} is rendered but extraArgs may set it"
+                assert profile.knows_flag(arg), f"{arg} is unknown to sglang {profile.version}"
