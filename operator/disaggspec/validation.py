@@ -37,6 +37,7 @@ from disaggspec.api.v1alpha1 import (
     SpeculativeSpec,
     TransferSpec,
 )
+from disaggspec.sglang.args import SERVER_PORT
 from disaggspec.sglang.profiles import PROFILES, SGLangProfile, profile_for
 
 MAX_NAME_LENGTH: Final = 44
@@ -76,6 +77,8 @@ _OWNED_FLAG_RE: Final = (
     + "|".join(re.escape(f) for f in OWNED_FLAGS)
     + ")(=.*)?$"
 )
+HF_TOKEN_ENV: Final = "HF_TOKEN"
+"""Set from spec.model.hfTokenSecretRef when that is given."""
 _EAGLE_WITH_DRAFT: Final = ("EAGLE", "EAGLE3")
 _REJECTION_SAMPLING_ALGORITHMS: Final = ("EAGLE", "EAGLE3", "NEXTN")
 _RDMA_LESS_BACKENDS: Final = ("fake", "mooncake_tcp")
@@ -473,6 +476,23 @@ def _check_unknown_flags(service: DisaggSpecService) -> Iterator[str]:
                 yield f"spec.{p}.extraArgs[{index}]"
 
 
+def _check_bootstrap_port_free(service: DisaggSpecService) -> Iterator[str]:
+    """The prefill server binds its HTTP port and, separately, the bootstrap server on --disaggregation-bootstrap-port
+    (0.5.2 sglang/srt/disaggregation/common/conn.py:51 reads the port for the bootstrap server); one port cannot be
+    both."""
+    if service.spec.transfer.bootstrap_port == SERVER_PORT:
+        yield "spec.transfer.bootstrapPort"
+
+
+def _check_hf_token_env(service: DisaggSpecService) -> Iterator[str]:
+    """With model.hfTokenSecretRef the operator sets HF_TOKEN itself; a second HF_TOKEN in env would be ambiguous."""
+    if service.spec.model.hf_token_secret_ref is None:
+        return
+    for p in POOL_NAMES:
+        if any(env.name == HF_TOKEN_ENV for env in pool(service.spec, p).env):
+            yield f"spec.{p}.env"
+
+
 def _check_model_local_path(service: DisaggSpecService) -> Iterator[str]:
     """An absolute model path is read from the pod's filesystem; without a volume it does not exist there."""
     if service.spec.model.path.startswith("/") and service.spec.model.volume is None:
@@ -858,6 +878,14 @@ RULES: Final[tuple[Rule, ...]] = (
         cel=Cel(_SPEC, f"!has(self.transfer.rdma) || !(self.transfer.backend in {_list(_RDMA_LESS_BACKENDS)})"),
     ),
     Rule(
+        id="transfer-bootstrap-port-free",
+        fields=("spec.transfer.bootstrapPort",),
+        message=f"spec.transfer.bootstrapPort must differ from the server's HTTP port {SERVER_PORT}: pick another "
+        "bootstrap port (the default is 8998)",
+        check=_check_bootstrap_port_free,
+        cel=Cel(TransferSpec, f"self.bootstrapPort != {SERVER_PORT}", ".bootstrapPort"),
+    ),
+    Rule(
         id="pool-gpu-count-whole",
         fields=("spec.prefill.resources.limits", "spec.decode.resources.limits"),
         message=f"resources.limits[{GPU_RESOURCE}] must be a whole number of GPUs",
@@ -904,6 +932,18 @@ RULES: Final[tuple[Rule, ...]] = (
         "spec.transfer.rdma.gidIndex instead",
         check=_pool_checks(_env_not_owned, "env"),
         cel=Cel(PoolSpec, f"!has(self.env) || self.env.all(e, !(e.name in {_list(OWNED_ENV)}))"),
+    ),
+    Rule(
+        id="model-hf-token-env",
+        fields=("spec.model.hfTokenSecretRef", "spec.prefill.env", "spec.decode.env"),
+        message="spec.model.hfTokenSecretRef already sets HF_TOKEN: remove HF_TOKEN from the pools' env, or remove "
+        "hfTokenSecretRef",
+        check=_check_hf_token_env,
+        cel=Cel(
+            _SPEC,
+            "!has(self.model.hfTokenSecretRef) || "
+            + _both(lambda p: f"!has(self.{p}.env) || self.{p}.env.all(e, e.name != {_q(HF_TOKEN_ENV)})"),
+        ),
     ),
     Rule(
         id="env-value-exclusive",

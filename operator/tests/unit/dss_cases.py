@@ -206,6 +206,15 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "transfer-rdma-ib-devices-exclusive",
     ),
     Case("rdma-with-fake-backend", {"spec.transfer": {"backend": "fake", "rdma": {}}}, "transfer-rdma-backend"),
+    Case("bootstrap-port-is-http-port", {"spec.transfer": {"bootstrapPort": 30000}}, "transfer-bootstrap-port-free"),
+    Case(
+        "hf-token-twice",
+        {
+            "spec.model.hfTokenSecretRef": {"name": "hf"},
+            "spec.decode.env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "x", "key": "y"}}}],
+        },
+        "model-hf-token-env",
+    ),
     Case(
         "gpu-limit-fractional",
         {"spec.prefill": {"resources": {"limits": {"nvidia.com/gpu": "500m"}}}},
