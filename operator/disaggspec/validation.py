@@ -82,6 +82,8 @@ HF_TOKEN_ENV: Final = "HF_TOKEN"
 _EAGLE_WITH_DRAFT: Final = ("EAGLE", "EAGLE3")
 _REJECTION_SAMPLING_ALGORITHMS: Final = ("EAGLE", "EAGLE3", "NEXTN")
 _RDMA_LESS_BACKENDS: Final = ("fake", "mooncake_tcp")
+_NO_WIDTH_LIMIT: Final = 2**31
+"""Stands for "no fixed top-k width" in CEL, which has no null: larger than any topk x numSteps the schema admits."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,8 @@ def _profile(service: DisaggSpecService) -> SGLangProfile:
     return profile_for(service.spec.sglang.version)
 
 
-def _buffer_width(service: DisaggSpecService) -> int:
+def _buffer_width(service: DisaggSpecService) -> int | None:
+    """The top-k row width eagle topk must fit, or None when the release sizes the rows from topk."""
     return service.spec.sglang.topk_buffer_width or _profile(service).topk_buffer_width
 
 
@@ -364,8 +367,10 @@ def _check_draft_kv_dtype_version(service: DisaggSpecService, p: PoolName, eff: 
 def _check_topk_width(service: DisaggSpecService, p: PoolName, eff: EffectiveSpeculative) -> bool:
     """Prefill copies topk (x num_steps with multi-layer) entries into 16-wide rows (0.5.23
     sglang/srt/disaggregation/utils.py:468-473 and :650-657; eagle_disaggregation.py:58-60); more overflows at prefill.
-    `spec.sglang.topkBufferWidth` models an image whose patch widens the rows."""
-    return eff.topk_entries <= _buffer_width(service)
+    `spec.sglang.topkBufferWidth` models an image whose patch widens the rows. 0.5.2 has no fixed width: stock it
+    sends no top-k rows, and the project's patch sizes them from topk (see profiles.PROFILE_0_5_2)."""
+    width = _buffer_width(service)
+    return width is None or eff.topk_entries <= width
 
 
 def _check_topk_trtllm(service: DisaggSpecService, p: PoolName, eff: EffectiveSpeculative) -> bool:
@@ -753,9 +758,9 @@ RULES: Final[tuple[Rule, ...]] = (
             "spec.speculative.multiLayer",
             "spec.sglang.topkBufferWidth",
         ),
-        message="eagleTopk (times numSteps with multiLayer) must fit the 16-wide top-k buffer prefill sends to decode: "
-        "lower spec.speculative.eagleTopk or numSteps, or set spec.sglang.topkBufferWidth if your image's patch "
-        "widens the buffer",
+        message="eagleTopk (times numSteps with multiLayer) must fit the top-k buffer prefill sends to decode (16 "
+        "wide in SGLang 0.5.23): lower spec.speculative.eagleTopk or numSteps, or set spec.sglang.topkBufferWidth if "
+        "your image's patch widens the buffer",
         check=_per_pool(_check_topk_width, "eagleTopk"),
         cel=Cel(
             _SPEC,
@@ -763,7 +768,8 @@ RULES: Final[tuple[Rule, ...]] = (
                 lambda p: _by_version(
                     lambda prof: (
                         f"({_multi(p)} ? {_topk(p)} * {_steps(p)} : {_topk(p)}) <= "
-                        f"(has(self.sglang.topkBufferWidth) ? self.sglang.topkBufferWidth : {prof.topk_buffer_width})"
+                        f"(has(self.sglang.topkBufferWidth) ? self.sglang.topkBufferWidth : "
+                        f"{prof.topk_buffer_width if prof.topk_buffer_width is not None else _NO_WIDTH_LIMIT})"
                     )
                 )
             ),

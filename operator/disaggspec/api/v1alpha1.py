@@ -104,8 +104,9 @@ class SGLangSpec(SpecModel):
         ge=1,
         le=1024,
         description="Width of the top-k metadata rows that carry the first draft proposal from prefill to decode. "
-        "Leave unset to use the release's width (16). Set it only when the image's patch widens that buffer; "
-        "eagleTopk (times numSteps with multiLayer) must fit in it.",
+        "Leave unset to use the release's width (16 on 0.5.23; the project's 0.5.2 patch sizes it from eagleTopk). "
+        "Set it only when the image's patch widens that buffer; eagleTopk (times numSteps with multiLayer) must fit "
+        "in it.",
     )
 
 

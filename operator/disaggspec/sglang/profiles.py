@@ -19,10 +19,9 @@ SGLangVersion = Literal["0.5.2", "0.5.23"]
 
 SUPPORTED_VERSIONS: Final[tuple[SGLangVersion, ...]] = ("0.5.2", "0.5.23")
 
-# Both releases allocate the top-k metadata rows with a fixed width of 16 (0.5.23
-# sglang/srt/disaggregation/utils.py:468-473, `torch.zeros((size, 16), ...)`, and the comment at :650
-# "speculative_eagle_topk should not be greater than 16 currently"). Stock 0.5.2 has no top-k rows at all (decode
-# mocks them), and the project's 0.5.2 patch adds them at the same width.
+# 0.5.23 allocates the top-k metadata rows with a fixed width of 16 (sglang/srt/disaggregation/utils.py:468-473,
+# `torch.zeros((size, 16), ...)`, and the comment at :650 "speculative_eagle_topk should not be greater than 16
+# currently"), and copies topk entries into them, so a wider top-k fails at prefill.
 TOPK_BUFFER_WIDTH: Final = 16
 
 
@@ -55,8 +54,9 @@ class SGLangProfile:
     """Whether the `SGLANG_ENABLE_DISAGG_SAMPLING_MASK` environment switch exists."""
     per_gpu_ib_device_map: bool
     """Whether `--disaggregation-ib-device` accepts a per-GPU JSON map (otherwise one device or a comma list)."""
-    topk_buffer_width: int
-    """Width of the top-k metadata rows sent from prefill to decode; eagle topk (x num steps) must fit."""
+    topk_buffer_width: int | None
+    """Width of the top-k metadata rows sent from prefill to decode, which eagle topk (x num steps) must fit; None
+    when the rows are sized from topk, so there is no fixed limit."""
     flags: frozenset[str]
     """Every option string the server-args parser registers."""
 
@@ -88,7 +88,10 @@ PROFILE_0_5_2: Final = SGLangProfile(
     # sglang/srt/server_args.py:2149-2155 documents a single device or a comma list; the string reaches the mooncake
     # transfer engine unparsed (disaggregation/mooncake/conn.py:279-283, mooncake/transfer_engine.py:24-28).
     per_gpu_ib_device_map=False,
-    topk_buffer_width=TOPK_BUFFER_WIDTH,
+    # Stock 0.5.2 sends no top-k rows at all (sglang/srt/disaggregation/utils.py:100-125 allocates none; decode mocks
+    # them), and the project's patch sizes them max(16, speculative_eagle_topk) on both sides
+    # (images/sglang/patches/0.5.2/0002-scheduler-size-hidden-row-from-draft.patch), so no fixed width applies.
+    topk_buffer_width=None,
     flags=_flags_0_5_2.FLAGS,
 )
 

@@ -162,6 +162,16 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "spec-topk-buffer-width",
     ),
     Case(
+        "topk-over-declared-buffer-on-0.5.2",
+        {
+            **V052,
+            "spec.sglang.topkBufferWidth": 8,
+            "spec.speculative.eagleTopk": 10,
+            "spec.speculative.numDraftTokens": 32,
+        },
+        "spec-topk-buffer-width",
+    ),
+    Case(
         "topk-over-declared-buffer",
         {"spec.sglang.topkBufferWidth": 8, "spec.speculative.eagleTopk": 10, "spec.speculative.numDraftTokens": 32},
         "spec-topk-buffer-width",
@@ -300,6 +310,9 @@ VALID_CASES: Final[tuple[Case, ...]] = (
     Case("pool-restates-shared", {"spec.decode.speculative": {"algorithm": "EAGLE3", "numSteps": 3, "eagleTopk": 1}}),
     Case("nextn-without-draft", {"spec.speculative.algorithm": "NEXTN", "spec.speculative.draftModel": DELETE}),
     Case("num-steps-may-differ-without-multi-layer", {"spec.decode.speculative": {"numSteps": 2}}),
+    Case(
+        "wide-topk-on-patched-0.5.2", {**V052, "spec.speculative.eagleTopk": 17, "spec.speculative.numDraftTokens": 32}
+    ),
     Case(
         "declared-buffer-fits",
         {"spec.sglang.topkBufferWidth": 32, "spec.speculative.eagleTopk": 17, "spec.speculative.numDraftTokens": 32},

@@ -44,7 +44,6 @@ def test_every_profile_has_the_pd_and_speculative_flags(profile: SGLangProfile) 
     ):
         assert profile.knows_flag(flag), flag
     assert {"EAGLE", "EAGLE3", "NEXTN"} <= profile.speculative_algorithms
-    assert profile.topk_buffer_width == 16
     assert "--help" not in profile.flags
 
 
@@ -63,6 +62,11 @@ def test_every_api_algorithm_and_backend_is_known_to_some_release() -> None:
     backends = set(get_args(TransferBackend))
     assert backends == set().union(*(p.transfer_backends for p in PROFILES.values()))
     assert set(get_args(KvCacheDtype)) == set().union(*(p.kv_cache_dtypes for p in PROFILES.values()))
+
+
+def test_topk_buffer_width() -> None:
+    assert PROFILE_0_5_23.topk_buffer_width == 16
+    assert PROFILE_0_5_2.topk_buffer_width is None  # sized from topk by the project's patch
 
 
 def test_knows_flag_with_value() -> None:
