@@ -483,7 +483,13 @@ class DisaggSpecServiceStatus(StatusModel):
     """What the operator last observed."""
 
     observed_generation: int | None = Field(default=None, ge=0, description="The spec generation last reconciled.")
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Current conditions.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Current conditions.",
+        # One entry per type, merged by type under server-side apply (as for Pod conditions).
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     prefill: PoolStatus | None = Field(default=None, description="The prefill pool's replicas.")
     decode: PoolStatus | None = Field(default=None, description="The decode pool's replicas.")
     router: PoolStatus | None = Field(default=None, description="The router's replicas.")

@@ -21,6 +21,7 @@ from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES
 pytestmark = pytest.mark.integration
 
 CRD_FILE = gen.REPO_ROOT / gen.OUTPUTS[0]
+_NOW = "2026-01-01T00:00:00Z"
 CEL_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is not None)
 PYTHON_ONLY_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is None)
 
@@ -117,6 +118,24 @@ def test_defaults_applied_and_columns_printed(crd: Cluster, namespace: str) -> N
     assert header == ["NAME", "READY", "ALGORITHM", "PREFILL", "DECODE", "AGE"]
     listed = crd.kubectl("get", "disaggspec", "-n", namespace, "-o", "name").stdout
     assert "defaults" in listed
+
+
+def test_generate_name_admitted(crd: Cluster) -> None:
+    # The root CEL rules read metadata.name; the API server generates it before validation.
+    obj = edited({"metadata": {"generateName": "gen-"}})
+    result = _dry_run(crd, obj, "create")
+    assert result.returncode == 0, result.stderr
+
+
+def test_status_conditions_merge_by_type(crd: Cluster, namespace: str) -> None:
+    crd.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(edited({"metadata.name": "status"})))
+    condition = {"type": "Ready", "status": "False", "reason": "Test", "message": "m", "lastTransitionTime": _NOW}
+    patch = {"status": {"observedGeneration": 1, "conditions": [condition], "prefill": {"ready": "0/1"}}}
+    crd.kubectl(
+        "patch", "dss", "status", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
+    row = crd.kubectl("get", "dss", "status", "-n", namespace, "--no-headers").stdout.split()
+    assert row[1:4] == ["False", "EAGLE3", "0/1"]
 
 
 def test_explain_shows_descriptions(crd: Cluster) -> None:
