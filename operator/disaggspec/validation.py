@@ -10,8 +10,8 @@ The pools share one `model`, `sglang`, `engine` and `transfer` block, so "engine
 (model path/revision/dtype, sglang version, page size, KV cache dtype, transfer backend, bootstrap port) holds by
 construction and needs no rule; only what a pool may override (its `speculative` block) is cross-checked. Likewise
 the algorithm enum of the API (EAGLE, EAGLE3, NEXTN) is accepted by every supported release, which a unit test
-asserts against the profiles instead of a rule that could never fire. Citations
-are `file:line` inside the released wheels (`pip download --no-deps sglang==<version>`).
+asserts against the profiles instead of a rule that could never fire. Citations are `file:line` inside the released
+wheels (`pip download --no-deps sglang==<version>`).
 """
 
 from __future__ import annotations
@@ -223,11 +223,21 @@ def _spec_path(p: PoolName, field: str) -> str:
     return f"spec.{p}.speculative.{field}"
 
 
+def _overriding_pool(service: DisaggSpecService, attr: str) -> PoolName:
+    """The pool whose own speculative block sets `attr` (decode when both or neither do): where a mismatch points."""
+    for p in POOL_NAMES:
+        other = pool(service.spec, "decode" if p == "prefill" else "prefill").speculative
+        mine = pool(service.spec, p).speculative
+        if mine is not None and getattr(mine, attr) is not None and (other is None or getattr(other, attr) is None):
+            return p
+    return "decode"
+
+
 def _mismatch(attr: str, wire: str) -> Check:
     def check(service: DisaggSpecService) -> Iterator[str]:
         effs = _effs(service)
         if getattr(effs["prefill"], attr) != getattr(effs["decode"], attr):
-            yield _spec_path("decode", wire)
+            yield _spec_path(_overriding_pool(service, attr), wire)
 
     return check
 
@@ -300,7 +310,7 @@ def _check_num_steps_match(service: DisaggSpecService) -> Iterator[str]:
     if (effs["prefill"].multi_layer or effs["decode"].multi_layer) and effs["prefill"].num_steps != effs[
         "decode"
     ].num_steps:
-        yield _spec_path("decode", "numSteps")
+        yield _spec_path(_overriding_pool(service, "num_steps"), "numSteps")
 
 
 def _check_draft_kv_dtype_match(service: DisaggSpecService) -> Iterator[str]:
@@ -308,7 +318,7 @@ def _check_draft_kv_dtype_match(service: DisaggSpecService) -> Iterator[str]:
     unset compares as engine.kvCacheDtype; both sides size draft KV pages from it."""
     resolved = {eff.draft_kv_cache_dtype or service.spec.engine.kv_cache_dtype for eff in _effs(service).values()}
     if len(resolved) > 1:
-        yield _spec_path("decode", "draftKvCacheDtype")
+        yield _spec_path(_overriding_pool(service, "draft_kv_cache_dtype"), "draftKvCacheDtype")
 
 
 def _check_draft_model_required(service: DisaggSpecService, p: PoolName, eff: EffectiveSpeculative) -> bool:

@@ -74,6 +74,11 @@ def test_violation_points_at_the_pool() -> None:
     assert [(v.rule, v.field) for v in validate(service)] == [("pool-extra-args-owned", "spec.decode.extraArgs")]
 
 
+def test_mismatch_points_at_the_overriding_pool() -> None:
+    service = parse_service(edited({"spec.prefill.speculative": {"eagleTopk": 2, "numDraftTokens": 4}}))
+    assert [v.field for v in validate(service)] == ["spec.prefill.speculative.eagleTopk"]
+
+
 def test_unknown_flag_points_at_the_argument() -> None:
     service = parse_service(edited({"spec.prefill.extraArgs": ["--mem-fraction-static", "0.8", "--nope"]}))
     assert [v.field for v in validate(service)] == ["spec.prefill.extraArgs[2]"]
