@@ -160,12 +160,18 @@ class ModelSpec(SpecModel):
         "model volume. Rendered as --model-path on both pools.",
     )
     revision: str | None = Field(
-        default=None, max_length=_MAX_NAME, description="Branch, tag or commit of the model repo (--revision)."
+        default=None,
+        min_length=1,
+        max_length=_MAX_NAME,
+        description="Branch, tag or commit of the model repo (--revision).",
     )
     dtype: ModelDtype = Field(default="auto", description="Weight and activation dtype (--dtype).")
     trust_remote_code: bool = Field(default=False, description="Allow custom model code from the repo.")
     served_model_name: str | None = Field(
-        default=None, max_length=_MAX_NAME, description="Model name reported by the OpenAI API (--served-model-name)."
+        default=None,
+        min_length=1,
+        max_length=_MAX_NAME,
+        description="Model name reported by the OpenAI API (--served-model-name).",
     )
     volume: ModelVolume | None = Field(default=None, description="Volume holding the weights, if not downloaded.")
     hf_token_secret_ref: SecretKeyRef | None = Field(
@@ -186,6 +192,7 @@ class DraftModel(SpecModel):
     )
     revision: str | None = Field(
         default=None,
+        min_length=1,
         max_length=_MAX_NAME,
         description="Branch, tag or commit of the draft repo (--speculative-draft-model-revision).",
     )
