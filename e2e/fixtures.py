@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import build
-from e2e.cluster.controlplane import LocalCluster
+from e2e.cluster.controlplane import LocalCluster, port_free
 
-TEST_STATE_DIR = Path(__file__).resolve().parents[1] / ".state" / "test-cluster"
+STATE_ROOT = Path(__file__).resolve().parents[1] / ".state"
 TEST_PORT_BASE = 17379
+PORTS_PER_CLUSTER = 10
 
 
 class CommandFailed(AssertionError):
@@ -80,17 +81,32 @@ class Cluster:
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
 
 
+def _clear_abandoned_test_clusters() -> None:
+    """Stop test clusters whose pytest process is gone (killed before its teardown ran)."""
+    for directory in STATE_ROOT.glob("test-cluster-*"):
+        owner = directory.name.rsplit("-", 1)[-1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            LocalCluster(directory).down(quiet=True)
+
+
+def _free_port_base() -> int:
+    for base in range(TEST_PORT_BASE, TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER, PORTS_PER_CLUSTER):
+        if all(port_free(port) for port in range(base, base + PORTS_PER_CLUSTER)):
+            return base
+    raise RuntimeError(f"no free loopback port range above {TEST_PORT_BASE}")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     given = os.environ.get("DISAGGSPEC_TEST_KUBECONFIG")
     if given:
         yield Cluster(Path(given), local=False)
         return
-    local = LocalCluster(TEST_STATE_DIR)
-    if local.state() is not None:
-        # A previous run was killed before its teardown: clear it so this run starts clean.
-        local.down(quiet=True)
-    state = local.up(port_base=TEST_PORT_BASE)
+    _clear_abandoned_test_clusters()
+    # One cluster per pytest process: two sessions running at once (a developer and an editor plugin, say) must not
+    # share, or tear down, each other's control plane.
+    local = LocalCluster(STATE_ROOT / f"test-cluster-{os.getpid()}")
+    state = local.up(port_base=_free_port_base())
     try:
         yield Cluster(state.kubeconfig, local=True)
     finally:

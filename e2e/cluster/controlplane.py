@@ -122,7 +122,7 @@ def log(message: str) -> None:
     print(f"[cluster] {message}", flush=True)
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -267,7 +267,7 @@ class LocalCluster:
                 "run `make cluster-down` to clear it (or set DISAGGSPEC_CLUSTER_DIR)"
             )
         ports = Ports.from_base(port_base)
-        busy = [f"{name}={port}" for name, port in asdict(ports).items() if not _port_free(port)]
+        busy = [f"{name}={port}" for name, port in asdict(ports).items() if not port_free(port)]
         if busy:
             raise ClusterError(
                 f"ports already in use on {LOOPBACK}: {', '.join(busy)}; stop what holds them or pick another "

@@ -62,7 +62,7 @@ def test_component_dying_during_start_leaves_nothing_running(
 ) -> None:
     ports = Ports.from_base(PORT_BASE)
     # Hold the API server's port after the pre-flight check, so kube-apiserver really starts and then dies on bind.
-    monkeypatch.setattr(controlplane, "_port_free", lambda port: True)
+    monkeypatch.setattr(controlplane, "port_free", lambda port: True)
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", ports.apiserver))

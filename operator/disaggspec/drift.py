@@ -15,6 +15,8 @@ from typing import Any
 
 from disaggspec.constants import ANNOTATION_APPLIED_HASH
 
+EMPTY: tuple[object, ...] = ({}, [], None)
+
 
 def manifest_hash(manifest: dict[str, Any]) -> str:
     """A stable hash of a rendered manifest (without the annotation that carries the hash itself)."""
@@ -44,7 +46,8 @@ def is_subset(want: Any, have: Any) -> bool:
     if isinstance(want, dict):
         if not isinstance(have, dict):
             return False
-        return all(key in have and is_subset(value, have[key]) for key, value in want.items())
+        # The API server drops empty lists and maps (`env: []`): absent is the same as empty.
+        return all(is_subset(value, have[key]) if key in have else value in EMPTY for key, value in want.items())
     if isinstance(want, list):
         if not isinstance(have, list) or len(want) != len(have):
             return False

@@ -31,15 +31,18 @@ class Observation:
     apply_error: str | None = None
 
 
-def pool_status(deployment: Mapping[str, Any] | None) -> dict[str, int]:
-    if deployment is None:
-        return {"replicas": 0, "readyReplicas": 0, "updatedReplicas": 0, "availableReplicas": 0}
-    status = deployment.get("status", {})
+def pool_status(deployment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Replica counts of one Deployment, plus `ready` as "ready/desired" for the printer columns."""
+    spec = (deployment or {}).get("spec", {})
+    status = (deployment or {}).get("status", {})
+    replicas = int(spec.get("replicas", 1)) if deployment is not None else 0
+    ready = int(status.get("readyReplicas", 0))
     return {
-        "replicas": int(deployment.get("spec", {}).get("replicas", 1)),
-        "readyReplicas": int(status.get("readyReplicas", 0)),
+        "replicas": replicas,
+        "readyReplicas": ready,
         "updatedReplicas": int(status.get("updatedReplicas", 0)),
         "availableReplicas": int(status.get("availableReplicas", 0)),
+        "ready": f"{ready}/{replicas}",
     }
 
 

@@ -94,7 +94,6 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
         "imagePullPolicy": spec.sglang.image_pull_policy,
         "command": server_args(service, role),
         "ports": _ports(service, role),
-        "env": _env(service, role),
         "resources": _resources(service, role),
         "securityContext": rdma.security_context(spec.transfer),
         "volumeMounts": mounts,
@@ -102,6 +101,9 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
         "readinessProbe": _probe(10, 3),
         "livenessProbe": _probe(20, 6, timeout=10),
     }
+    env = _env(service, role)
+    if env:
+        container["env"] = env
     pod_spec: dict[str, Any] = {
         # The servers never talk to the Kubernetes API.
         "automountServiceAccountToken": False,

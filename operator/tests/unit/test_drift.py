@@ -65,3 +65,8 @@ def test_lists_compare_by_length_and_order_and_bools_are_not_strings() -> None:
     assert not is_subset([1], [1, 2])
     assert is_subset({"x": [{"a": 1}]}, {"x": [{"a": 1, "b": 2}]})
     assert not is_subset(True, "True")
+
+
+def test_empty_lists_and_maps_the_server_drops_count_as_present() -> None:
+    assert is_subset({"env": [], "labels": {}, "x": 1}, {"x": 1})
+    assert not is_subset({"env": [{"name": "A"}]}, {})

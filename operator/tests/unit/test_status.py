@@ -40,7 +40,13 @@ def test_all_rolled_out_is_ready() -> None:
     assert conditions["Degraded"]["status"] == "False"
     assert conditions["SpecConfigConsistent"]["status"] == "True"
     assert result["observedGeneration"] == 3
-    assert result["prefill"] == {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+    assert result["prefill"] == {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "updatedReplicas": 1,
+        "availableReplicas": 1,
+        "ready": "1/1",
+    }
     assert result["specFingerprint"] == "abc"
 
 

@@ -1,0 +1,158 @@
+"""Thin kopf wiring: which events trigger a reconcile, the admission webhook, and operator settings.
+
+Reconcile is level-based: every event of a DisaggSpecService (including the initial listing when the operator
+starts, which is the resume case) and every event of a child it owns runs the same `Reconciler.reconcile`, which
+compares desired with actual state. Raw event handlers are used, not kopf's change handlers, so kopf keeps no
+progress annotations on the objects and a no-op pass writes nothing. A failed pass is retried with backoff. The
+validating webhook runs the same rule table as reconcile (`validation.validate_update` on updates).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import pydantic
+
+from disaggspec import apply, metrics
+from disaggspec import constants as c
+from disaggspec.api import parse_service
+from disaggspec.reconcile import Reconciler, schema_violations
+from disaggspec.validation import validate, validate_update
+
+log = logging.getLogger("disaggspec.handlers")
+
+RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Seconds before retrying a failed pass; the last one repeats."""
+
+
+@dataclass
+class WebhookOptions:
+    """How the admission webhook is served; None in `Runtime.webhook` disables it."""
+
+    addr: str
+    port: int
+    host: str | None
+    certfile: str | None = None
+    pkeyfile: str | None = None
+
+
+@dataclass
+class Runtime:
+    """Set by `__main__` before kopf starts; handlers read it."""
+
+    reconciler: Reconciler | None = None
+    webhook: WebhookOptions | None = None
+
+
+RUNTIME = Runtime()
+_failures: dict[tuple[str, str], int] = {}
+_failures_guard = threading.Lock()
+
+
+def _reconciler() -> Reconciler:
+    if RUNTIME.reconciler is None:
+        raise RuntimeError("disaggspec.handlers used before RUNTIME.reconciler was set")
+    return RUNTIME.reconciler
+
+
+def _run(namespace: str, name: str) -> None:
+    """One pass; on failure schedule a retry with backoff (raw event handlers are not retried by kopf)."""
+    key = (namespace, name)
+    try:
+        _reconciler().reconcile(namespace, name)
+    except Exception as error:
+        with _failures_guard:
+            attempt = _failures.get(key, 0)
+            _failures[key] = attempt + 1
+        delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+        log.warning(
+            "reconcile %s/%s failed (attempt %d), retrying in %.0fs: %s", namespace, name, attempt + 1, delay, error
+        )
+        timer = threading.Timer(delay, _run, args=(namespace, name))
+        timer.daemon = True
+        timer.start()
+        return
+    with _failures_guard:
+        _failures.pop(key, None)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.reporting_component = c.MANAGED_BY
+    # Our own Events say what matters; kopf's per-handler INFO events would be noise.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    options = RUNTIME.webhook
+    if options is not None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=options.addr,
+            port=options.port,
+            host=options.host,
+            certfile=options.certfile,
+            pkeyfile=options.pkeyfile,
+        )
+        settings.admission.managed = c.GROUP
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+def on_service_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:
+    if namespace is None:
+        return
+    if type == "DELETED":
+        _reconciler().forget(namespace, name)
+        return
+    _run(namespace, name)
+
+
+def _owner_name(body: kopf.Body) -> str | None:
+    for owner in body.get("metadata", {}).get("ownerReferences", []):
+        if owner.get("apiVersion") == c.API_VERSION and owner.get("kind") == c.KIND and owner.get("controller"):
+            return str(owner["name"])
+    return None
+
+
+def _on_child_event(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    owner = _owner_name(body)
+    if owner is not None and namespace is not None:
+        _run(namespace, owner)
+
+
+# Every owned kind: a deleted child is recreated, a manual edit reverted, a Deployment's progress lands in status.
+for _kind in apply.OWNED_KINDS:
+    _group, _, _version = _kind.api_version.rpartition("/")
+    kopf.on.event(
+        _group or "",
+        _version,
+        _kind.plural,
+        labels={c.LABEL_MANAGED_BY: c.MANAGED_BY},
+        id=f"child-{_kind.plural}",
+    )(_on_child_event)
+
+
+@kopf.on.validate(c.GROUP, c.VERSION, c.PLURAL, id="validate", operations=["CREATE", "UPDATE"], ignore_failures=True)
+def admit(*, body: kopf.Body, **kwargs: Any) -> None:
+    """Reject a spec the rule table refuses, with every rule's message (the CRD's CEL rules ran already)."""
+    old, operation = kwargs.get("old"), kwargs.get("operation")
+    try:
+        new = parse_service(_plain(body))
+        if operation == "UPDATE" and old:
+            violations = validate_update(parse_service(_plain(old)), new)
+        else:
+            violations = validate(new)
+        problems = [(v.rule, f"{v.field}: {v.message}") for v in violations]
+    except pydantic.ValidationError as error:
+        problems = schema_violations(error)
+    if problems:
+        for rule, _message in problems:
+            metrics.REJECTIONS.labels(rule, "admission").inc()
+        raise kopf.AdmissionError("; ".join(f"[{rule}] {message}" for rule, message in problems), code=422)
+
+
+def _plain(body: Any) -> dict[str, Any]:
+    """A kopf Body (a live view) as a plain, detached dict."""
+    return copy.deepcopy(dict(body))

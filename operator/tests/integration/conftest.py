@@ -1,0 +1,51 @@
+"""Integration fixtures: the CRD installed on the session cluster, and the real operator running against it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.fixtures import Cluster
+from tests.integration.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+
+REPO = Path(__file__).resolve().parents[3]
+CRD_FILE = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+
+
+@pytest.fixture(scope="session")
+def installed_crd(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/disaggspecservices.disaggspec.io", "--timeout=60s")
+    cluster.wait_for(
+        "disaggspecservices to be served",
+        lambda: cluster.kubectl("get", "dss", "-A", check=False).returncode == 0,
+    )
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def operator(installed_crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator with its admission webhook, registered in the cluster; removed again afterwards."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    process = OperatorProcess(installed_crd.kubeconfig, log).start()
+
+    def webhook_points_at_us() -> bool:
+        got = installed_crd.kubectl(
+            "get",
+            "validatingwebhookconfiguration",
+            WEBHOOK_CONFIGURATION,
+            "-o",
+            "jsonpath={.webhooks[*].clientConfig.url}",
+            check=False,
+        )
+        return f":{process.webhook_port}/" in got.stdout
+
+    try:
+        installed_crd.wait_for("the operator's webhook registration", webhook_points_at_us, timeout=30)
+        yield process
+    finally:
+        process.stop()
+        installed_crd.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
+        print(f"operator log: {log}\n{process.log_tail(60)}")

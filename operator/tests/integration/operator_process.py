@@ -1,0 +1,101 @@
+"""Runs the real operator (`python -m disaggspec`) as a subprocess against the test cluster, for integration tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+REPO = Path(__file__).resolve().parents[3]
+WEBHOOK_CONFIGURATION = "disaggspec.io"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorProcess:
+    """The operator with its webhook on 127.0.0.1 (the API server runs on this host), logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, webhook: bool = True, extra_env: dict[str, str] | None = None):
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.webhook = webhook
+        self.extra_env = extra_env or {}
+        self.metrics_port = free_port()
+        self.webhook_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        args = [
+            sys.executable,
+            "-m",
+            "disaggspec",
+            "--metrics-addr",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+        if self.webhook:
+            args += [
+                "--webhook-addr",
+                "127.0.0.1",
+                "--webhook-host",
+                "127.0.0.1",
+                "--webhook-port",
+                str(self.webhook_port),
+            ]
+        else:
+            args += ["--webhook", "off"]
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": str(REPO / "operator"), **self.extra_env}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.log_tail()}")
+            if self._healthy():
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"operator not ready after 30s:\n{self.log_tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
