@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from disaggspec.api import crd as gen
@@ -136,3 +137,8 @@ def test_every_table_cel_lands_in_the_crd() -> None:
 def test_python_only_rules_are_few_and_named() -> None:
     python_only = sorted(r.id for r in RULES if r.cel is None)
     assert python_only == ["pool-extra-args-known"]
+
+
+def test_crd_conforms_to_the_apiextensions_schema() -> None:
+    # Offline twin of the integration install: the CRD object matches Kubernetes' own OpenAPI for CRDs.
+    kubernetes_validate.validate(yaml.safe_load(gen.render_yaml()), kubernetes_validate.latest_version(), strict=True)
