@@ -463,7 +463,7 @@ def _gpu_whole(pool_spec: PoolSpec) -> bool:
 
 def _gpus_cover_tp(pool_spec: PoolSpec) -> bool:
     """With one node per pod (nnodes is operator-owned), a server starts tp_size scheduler processes, one per GPU id
-    base_gpu_id + tp_rank (0.5.2 sglang/srt/entrypoints/engine.py:754-772; --tp-size at server_args.py:1123-1129;
+    base_gpu_id + tp_rank (0.5.2 sglang/srt/entrypoints/engine.py:754-772; --tp-size at server_args.py:1124-1130;
     0.5.23 sglang/srt/arg_groups/fields/parallel.py:45), so a pod needs at least tensorParallelSize GPUs."""
     return pool_gpus(pool_spec) >= pool_spec.tensor_parallel_size
 
