@@ -1,0 +1,147 @@
+"""Render unit tests: SGLang args, RDMA wiring, labels and the fingerprint's sensitivity."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from disaggspec import constants as c
+from disaggspec.api import parse_service
+from disaggspec.config import OperatorConfig
+from disaggspec.render import fingerprint, render
+from disaggspec.sglang.args import server_args
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _example(stem: str) -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{stem}.yaml").read_text())
+    obj["metadata"]["namespace"] = "ns"
+    return obj
+
+
+def _by(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_both_pools_get_mode_and_the_same_bootstrap_port_backend_and_speculative_flags() -> None:
+    service = parse_service(_example("llama-3.1-8b-eagle3"))
+    prefill, decode = server_args(service, "prefill"), server_args(service, "decode")
+    assert _flag(prefill, "--disaggregation-mode") == "prefill"
+    assert _flag(decode, "--disaggregation-mode") == "decode"
+    for flag in (
+        "--disaggregation-bootstrap-port",
+        "--disaggregation-transfer-backend",
+        "--speculative-algorithm",
+        "--speculative-draft-model-path",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--model-path",
+    ):
+        assert _flag(prefill, flag) == _flag(decode, flag), flag
+    assert _flag(prefill, "--speculative-algorithm") == "EAGLE3"
+    assert _flag(prefill, "--speculative-num-draft-tokens") == "2"
+    assert "--enable-metrics" in prefill
+
+
+def test_extra_args_come_last() -> None:
+    obj = _example("llama-3.1-8b-eagle3")
+    obj["spec"]["decode"]["extraArgs"] = ["--mem-fraction-static", "0.7"]
+    argv = server_args(parse_service(obj), "decode")
+    assert argv[-2:] == ["--mem-fraction-static", "0.7"]
+
+
+def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
+    manifests = render(parse_service(_example("rdma-multus")), OperatorConfig())
+    name = _example("rdma-multus")["metadata"]["name"]
+    pod = _by(manifests, "Deployment", f"{name}-decode")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    mapping = json.loads(_flag(container["command"], "--disaggregation-ib-device"))
+    assert mapping == {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert container["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"add": ["IPC_LOCK"]},
+    }
+    assert container["resources"]["limits"]["rdma/hca_shared_devices_a"] == 1
+    assert container["resources"]["requests"]["rdma/hca_shared_devices_a"] == 1
+    assert pod["metadata"]["annotations"][c.ANNOTATION_MULTUS_NETWORKS] == "rdma/ib-net"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_no_rdma_means_no_capability_and_no_rdma_env() -> None:
+    manifests = render(parse_service(_example("llama-3.1-8b-eagle3")), OperatorConfig())
+    container = _by(manifests, "Deployment", "llama-eagle3-prefill")["spec"]["template"]["spec"]["containers"][0]
+    assert "capabilities" not in container["securityContext"]
+    assert not any(e["name"].startswith(("NCCL_", "UCX_", "MC_")) for e in container.get("env", []))
+
+
+def test_prefill_pods_carry_the_bootstrap_annotation_and_port_decode_pods_do_not() -> None:
+    manifests = render(parse_service(_example("llama-3.1-8b-eagle3")), OperatorConfig())
+    prefill = _by(manifests, "Deployment", "llama-eagle3-prefill")["spec"]["template"]
+    decode = _by(manifests, "Deployment", "llama-eagle3-decode")["spec"]["template"]
+    assert prefill["metadata"]["annotations"][c.ANNOTATION_BOOTSTRAP_PORT] == "8998"
+    assert any(p["name"] == "bootstrap" for p in prefill["spec"]["containers"][0]["ports"])
+    assert c.ANNOTATION_BOOTSTRAP_PORT not in decode["metadata"].get("annotations", {})
+    assert not any(p["name"] == "bootstrap" for p in decode["spec"]["containers"][0]["ports"])
+
+
+def test_labels_and_router_selectors_include_the_fingerprint() -> None:
+    service = parse_service(_example("llama-3.1-8b-eagle3"))
+    manifests = render(service, OperatorConfig())
+    fp = fingerprint(service)
+    for manifest in manifests:
+        labels = manifest["metadata"]["labels"]
+        assert labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY
+        assert labels[c.LABEL_SERVICE] == "llama-eagle3"
+        assert labels[c.LABEL_INSTANCE] == "llama-eagle3"
+    router = _by(manifests, "Deployment", "llama-eagle3-router")["spec"]["template"]["spec"]
+    command = router["containers"][0]["command"]
+    assert f"{c.LABEL_FINGERPRINT}={fp}" in command
+    assert _flag(command, "--service-discovery-namespace") == "ns"
+    assert router["serviceAccountName"] == "llama-eagle3-router"
+    role = _by(manifests, "Role", "llama-eagle3-router")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+MUST_MATCH_EDITS = [
+    ("spec.speculative.numDraftTokens", lambda s: s["speculative"].update(numDraftTokens=3, numSteps=2)),
+    ("spec.speculative.draftModel.path", lambda s: s["speculative"]["draftModel"].update(path="other/draft")),
+    ("spec.engine.pageSize", lambda s: s.setdefault("engine", {}).update(pageSize=16)),
+    ("spec.transfer.bootstrapPort", lambda s: s.setdefault("transfer", {}).update(bootstrapPort=9100)),
+    ("spec.model.path", lambda s: s["model"].update(path="meta-llama/Llama-3.1-70B-Instruct")),
+]
+OTHER_EDITS = [
+    ("spec.decode.replicas", lambda s: s["decode"].update(replicas=4)),
+    ("spec.router.policy", lambda s: s.setdefault("router", {}).update(policy="random")),
+    ("spec.prefill.extraArgs", lambda s: s["prefill"].update(extraArgs=["--mem-fraction-static", "0.8"])),
+    ("spec.decode.env", lambda s: s["decode"].update(env=[{"name": "X", "value": "1"}])),
+]
+
+
+@pytest.mark.parametrize(("field", "edit"), MUST_MATCH_EDITS, ids=[f for f, _ in MUST_MATCH_EDITS])
+def test_fingerprint_changes_with_a_must_match_field(field: str, edit: Any) -> None:
+    base = _example("llama-3.1-8b-eagle3")
+    changed = copy.deepcopy(base)
+    edit(changed["spec"])
+    assert fingerprint(parse_service(base)) != fingerprint(parse_service(changed))
+
+
+@pytest.mark.parametrize(("field", "edit"), OTHER_EDITS, ids=[f for f, _ in OTHER_EDITS])
+def test_fingerprint_ignores_fields_that_need_not_match(field: str, edit: Any) -> None:
+    base = _example("llama-3.1-8b-eagle3")
+    changed = copy.deepcopy(base)
+    edit(changed["spec"])
+    assert fingerprint(parse_service(base)) == fingerprint(parse_service(changed))
