@@ -34,7 +34,6 @@ from disaggspec.api.v1alpha1 import (
     ModelVolume,
     PoolSpec,
     RdmaSpec,
-    SpeculativeSpec,
     TransferSpec,
 )
 from disaggspec.sglang.args import SERVER_PORT
@@ -999,14 +998,37 @@ def _unchanged(attr_path: tuple[str, ...], wire: str) -> TransitionCheck:
     return check
 
 
+def _effective_algorithm_unchanged(old: DisaggSpecService, new: DisaggSpecService) -> Iterator[str]:
+    """Each pool's effective algorithm (override over shared) is the same before and after the update."""
+    for p in POOL_NAMES:
+        if effective_speculative(old.spec, p).algorithm != effective_speculative(new.spec, p).algorithm:
+            yield "spec.speculative.algorithm"
+            return
+
+
 TRANSITION_RULES: Final[tuple[TransitionRule, ...]] = (
     TransitionRule(
         id="immutable-speculative-algorithm",
-        fields=("spec.speculative.algorithm",),
-        message="spec.speculative.algorithm is immutable: during a rollout old and new pods would exchange hidden "
-        "states of different widths; create a new DisaggSpecService instead",
-        check=_unchanged(("speculative", "algorithm"), "spec.speculative.algorithm"),
-        cel=Cel(SpeculativeSpec, "self.algorithm == oldSelf.algorithm", ".algorithm"),
+        fields=(
+            "spec.speculative.algorithm",
+            "spec.prefill.speculative.algorithm",
+            "spec.decode.speculative.algorithm",
+        ),
+        message="the speculative algorithm (spec.speculative.algorithm and any pool override) is immutable: during a "
+        "rollout old and new pods would exchange hidden states of different widths; create a new DisaggSpecService "
+        "instead",
+        check=_effective_algorithm_unchanged,
+        # On the spec node and over the effective values, so moving the change into both pools' overrides (which
+        # a transition rule on spec.speculative alone would not see) is caught too.
+        cel=Cel(
+            _SPEC,
+            _both(
+                lambda p: (
+                    f"{_eff_required(p, 'algorithm')} == " + _eff_required(p, "algorithm").replace("self.", "oldSelf.")
+                )
+            ),
+            ".speculative.algorithm",
+        ),
     ),
     TransitionRule(
         id="immutable-transfer-backend",

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from disaggspec.api import crd as gen
 from disaggspec.validation import RULES_BY_ID
-
 from e2e.fixtures import Cluster
 from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
@@ -90,9 +90,13 @@ def test_rejection_table_is_large_enough() -> None:
     ("edits", "rule"),
     [
         ({"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
+        (
+            {"spec.prefill.speculative": {"algorithm": "EAGLE"}, "spec.decode.speculative": {"algorithm": "EAGLE"}},
+            "immutable-speculative-algorithm",
+        ),
         ({"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
     ],
-    ids=["algorithm", "transfer-backend"],
+    ids=["shared-algorithm", "both-pool-overrides", "transfer-backend"],
 )
 def test_immutable_field_update_rejected(crd: Cluster, namespace: str, edits: dict[str, Any], rule: str) -> None:
     original = edited({"metadata.name": "immutable"})

@@ -10,9 +10,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from disaggspec.api import crd as gen
 from disaggspec.validation import ALL_RULES, RULES
-
 from tests.unit.dss_cases import REPO_ROOT
 
 Schema = dict[str, Any]
@@ -120,7 +120,6 @@ def test_every_table_cel_lands_in_the_crd() -> None:
         "ModelVolume": {".spec.model.volume"},
         "ModelSpec": {".spec.model"},
         "EnvVar": {".spec.prefill.env[]", ".spec.decode.env[]"},
-        "SpeculativeSpec": {".spec.speculative"},
         "TransferSpec": {".spec.transfer"},
     }
     per_message: dict[str, set[str]] = {}

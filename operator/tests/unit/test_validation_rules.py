@@ -8,6 +8,7 @@ import re
 import pydantic
 import pytest
 import yaml
+
 from disaggspec.api import PoolName, parse_service, pool
 from disaggspec.sglang.args import server_args
 from disaggspec.sglang.profiles import PROFILES, profile_for
@@ -22,7 +23,6 @@ from disaggspec.validation import (
     validate,
     validate_update,
 )
-
 from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
 
@@ -88,8 +88,13 @@ def test_unknown_flag_points_at_the_argument() -> None:
     ("edits", "rule"),
     [
         ({"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
+        (
+            {"spec.prefill.speculative": {"algorithm": "EAGLE"}, "spec.decode.speculative": {"algorithm": "EAGLE"}},
+            "immutable-speculative-algorithm",
+        ),
         ({"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
     ],
+    ids=["shared-algorithm", "both-pool-overrides", "transfer-backend"],
 )
 def test_update_of_immutable_field_rejected(edits: dict[str, object], rule: str) -> None:
     old = parse_service(edited({}))
