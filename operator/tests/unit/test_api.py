@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pydantic
 import pytest
-from disaggspec.api import effective_speculative, effective_speculative_pair, parse_service, parse_spec
-from disaggspec.api import v1alpha1 as api
 from pydantic import BaseModel
 
+from disaggspec.api import effective_speculative, effective_speculative_pair, parse_service, parse_spec
+from disaggspec.api import v1alpha1 as api
 from tests.unit.dss_cases import BASE, edited
 
 

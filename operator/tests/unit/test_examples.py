@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from disaggspec.api import parse_service
 from disaggspec.validation import validate
-
 from tests.unit.dss_cases import EXAMPLES
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
+
 from disaggspec.api.v1alpha1 import Algorithm, KvCacheDtype, TransferBackend
 from disaggspec.sglang.profiles import PROFILE_0_5_2, PROFILE_0_5_23, PROFILES, SUPPORTED_VERSIONS, SGLangProfile
 
