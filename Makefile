@@ -37,15 +37,22 @@ cluster-status: venv ## show the local control plane's processes and nodes
 cluster-kubeconfig: venv ## print the admin kubeconfig path (last line)
 	@$(PY) -m e2e.cluster kubeconfig
 
-lint: venv ## ruff, ruff format --check, mypy
+generate: venv ## regenerate the CRD (crds/ and the chart's copy) from the API models
+	$(PY) -m disaggspec.api.crd
+
+verify: venv ## fail when a generated file (CRD, chart CRD copy) differs from what `make generate` writes
+	$(PY) -m disaggspec.api.crd --check
+
+lint: venv ## ruff, ruff format --check, mypy, import-linter layer contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test-unit: venv ## fast tests only: no cluster
 	$(PY) -m pytest -m "not integration"
 
-test: venv cluster-build lint ## everything: lint, unit, golden and integration tests on a real local control plane
+test: venv cluster-build lint verify ## everything: lint, unit, golden and integration tests on a real local control plane
 	$(PY) -m pytest
 
 demo: ## the main job on an embedded local cluster (not yet: see README)

@@ -1,0 +1,47 @@
+"""Operator restarts: killed in the middle of its first pass, a new process converges with no duplicate objects.
+
+Its own module, so no other operator process (the module-scoped one of test_reconcile) runs at the same time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.fixtures import Cluster
+from tests.integration.operator_process import OperatorProcess
+from tests.integration.test_reconcile import EXAMPLES, _children, _get, _load, _wait_ready
+
+pytestmark = pytest.mark.integration
+
+
+def test_operator_restart_mid_reconcile_converges_without_duplicates(
+    installed_crd: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    cluster = installed_crd
+    obj = _load(next(p for p in EXAMPLES if "topk" in p.name))
+    name = obj["metadata"]["name"]
+    first = OperatorProcess(cluster.kubeconfig, tmp_path / "first.log", webhook=False).start()
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+        # Kill it hard as soon as it has written the first child, before the pass can finish.
+        cluster.wait_for(
+            "the first child", lambda: bool(_children(cluster, namespace, name)), timeout=30, interval=0.02
+        )
+    finally:
+        first.stop(kill=True)
+    second = OperatorProcess(cluster.kubeconfig, tmp_path / "second.log", webhook=False).start()
+    try:
+        _wait_ready(cluster, namespace, name)
+        children = _children(cluster, namespace, name)
+        assert len(children) == 9
+        assert len({(o["kind"], o["metadata"]["name"]) for o in children}) == 9
+        replica_sets = _get(cluster, namespace, "replicasets", "-l", f"disaggspec.io/service={name}")["items"]
+        assert len(replica_sets) == 3, [r["metadata"]["name"] for r in replica_sets]
+        for child in children:
+            owners = child["metadata"]["ownerReferences"]
+            assert len(owners) == 1 and owners[0]["controller"] is True and owners[0]["name"] == name
+    finally:
+        second.stop()
