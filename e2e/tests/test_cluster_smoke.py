@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def _gpu_deployment(name: str, gpus: int) -> str:
-    container = {"name": "main", "image": "registry.invalid/noop:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    container = {"name": "main", "image": "noop:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
     return yaml.safe_dump(
         {
             "apiVersion": "apps/v1",
@@ -45,11 +45,7 @@ def test_pod_asking_for_nine_gpus_stays_pending_with_insufficient_gpu(cluster: C
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "nine-gpus"},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "registry.invalid/noop:1", "resources": {"limits": {"nvidia.com/gpu": 9}}}
-            ]
-        },
+        "spec": {"containers": [{"name": "main", "image": "noop:1", "resources": {"limits": {"nvidia.com/gpu": 9}}}]},
     }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
 
