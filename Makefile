@@ -55,7 +55,10 @@ test-unit: venv ## fast tests only: no cluster
 test: venv cluster-build lint verify ## everything: lint, unit, golden and integration tests on a real local control plane
 	$(PY) -m pytest
 
-demo: ## the main job on an embedded local cluster (not yet: see README)
-	@echo "make demo: not yet implemented; see README.md (Status)."
+demo: cluster-build ## the main job on the embedded local cluster: operator, EAGLE3 example to Ready, rejections
+	$(PY) -m e2e.demo up
+
+demo-down: venv ## stop the demo's operator and local cluster
+	$(PY) -m e2e.demo down
 
 e2e-local: test ## alias: the end-to-end suites on the local control plane
