@@ -101,7 +101,18 @@ def up() -> None:
 
     say("2. the DisaggSpecService CRD")
     show(cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD)))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/disaggspecservices.disaggspec.io", "--timeout=60s")
+    for _ in range(300):
+        established = cluster.kubectl(
+            "get",
+            "crd",
+            "disaggspecservices.disaggspec.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+            check=False,
+        )
+        if established.stdout.strip() == "True":
+            break
+        time.sleep(0.1)
 
     say("3. the operator (a local process here; `helm install` in a real cluster)")
     start_operator(state.kubeconfig)

@@ -113,6 +113,30 @@ def cluster() -> Iterator[Cluster]:
         local.down()
 
 
+CRD_FILE = Path(__file__).resolve().parents[1] / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD_NAME = "disaggspecservices.disaggspec.io"
+
+
+def crd_established(cluster: Cluster) -> bool:
+    # Right after a create, `.status.conditions` is still null and `kubectl wait` errors out: poll instead.
+    got = cluster.kubectl(
+        "get", "crd", CRD_NAME, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False
+    )
+    return got.stdout.strip() == "True"
+
+
+@pytest.fixture(scope="session")
+def installed_crd(cluster: Cluster) -> Cluster:
+    """The session cluster with the committed CRD installed, established and served."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.wait_for("the CRD to be Established", lambda: crd_established(cluster))
+    cluster.wait_for(
+        "disaggspecservices to be served",
+        lambda: cluster.kubectl("get", "disaggspecservices", "-A", check=False).returncode == 0,
+    )
+    return cluster
+
+
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace with its `default` ServiceAccount (pods are rejected until it exists); deleted afterwards."""

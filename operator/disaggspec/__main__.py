@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         cert, key = args.webhook_cert, args.webhook_key
         if cert is None and args.webhook_host:
             cert, key = (str(p) for p in webhook_certs.self_signed(args.webhook_host))
-        handlers.RUNTIME.webhook = handlers.WebhookOptions(
-            args.webhook_addr, args.webhook_port, args.webhook_host, cert, key
+        handlers.enable_webhook(
+            handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key)
         )
     metrics.serve(args.metrics_addr, args.metrics_port)
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces)

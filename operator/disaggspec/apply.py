@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from kubernetes import client as k8s
 
 from disaggspec import constants as c
+from disaggspec import metrics
 from disaggspec.drift import needs_apply, with_applied_hash
 
 
@@ -111,6 +112,7 @@ class Client:
             raise ApiError(response.status, method, path, str(payload.get("message", raw[:300])))
         if method != "GET":
             self.writes += 1
+            metrics.API_WRITES.labels(method).inc()
         return payload
 
     def list(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -134,7 +134,6 @@ for _kind in apply.OWNED_KINDS:
     )(_on_child_event)
 
 
-@kopf.on.validate(c.GROUP, c.VERSION, c.PLURAL, id="validate", operations=["CREATE", "UPDATE"], ignore_failures=True)
 def admit(*, body: kopf.Body, **kwargs: Any) -> None:
     """Reject a spec the rule table refuses, with every rule's message (the CRD's CEL rules ran already)."""
     old, operation = kwargs.get("old"), kwargs.get("operation")
@@ -151,6 +150,18 @@ def admit(*, body: kopf.Body, **kwargs: Any) -> None:
         for rule, _message in problems:
             metrics.REJECTIONS.labels(rule, "admission").inc()
         raise kopf.AdmissionError("; ".join(f"[{rule}] {message}" for rule, message in problems), code=422)
+
+
+def enable_webhook(options: WebhookOptions) -> None:
+    """Serve `admit` as the validating webhook (kopf refuses admission handlers without a server, so opt-in).
+
+    failurePolicy is Ignore: when the operator is down, writes still go through the CRD's CEL rules, and reconcile
+    refuses (SpecConfigConsistent=False, no child changed) what only the Python rules catch.
+    """
+    RUNTIME.webhook = options
+    kopf.on.validate(
+        c.GROUP, c.VERSION, c.PLURAL, id="validate", operations=["CREATE", "UPDATE"], ignore_failures=True
+    )(admit)
 
 
 def _plain(body: Any) -> dict[str, Any]:

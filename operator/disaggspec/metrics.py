@@ -38,6 +38,12 @@ CHILD_WRITES = Counter(
     ["operation"],
     registry=REGISTRY,
 )
+API_WRITES = Counter(
+    "disaggspec_api_writes_total",
+    "Write requests the operator sent to the API server, by HTTP method (children, status, prunes).",
+    ["method"],
+    registry=REGISTRY,
+)
 SERVICES_BY_CONDITION = Gauge(
     "disaggspec_services",
     "DisaggSpecServices by condition type and status, as last reconciled.",

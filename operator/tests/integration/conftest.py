@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from e2e.fixtures import Cluster
 from tests.integration.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-
-REPO = Path(__file__).resolve().parents[3]
-CRD_FILE = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
-
-
-@pytest.fixture(scope="session")
-def installed_crd(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/disaggspecservices.disaggspec.io", "--timeout=60s")
-    cluster.wait_for(
-        "disaggspecservices to be served",
-        lambda: cluster.kubectl("get", "dss", "-A", check=False).returncode == 0,
-    )
-    return cluster
 
 
 @pytest.fixture(scope="module")

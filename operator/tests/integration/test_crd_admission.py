@@ -27,10 +27,9 @@ PYTHON_ONLY_CASES = tuple(case for case in RULE_CASES if case.rule is not None a
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Cluster) -> Cluster:
+def crd(installed_crd: Cluster) -> Cluster:
     """The cluster with the committed CRD installed and established."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{gen.CRD_NAME}", "--timeout=60s")
+    cluster = installed_crd
     # The API server serves the new resource a moment after Established; wait until a dry-run create goes through.
     cluster.wait_for(
         "DisaggSpecService to be served",

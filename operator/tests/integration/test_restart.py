@@ -27,9 +27,12 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
     try:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
         # Kill it hard as soon as it has written the first child, before the pass can finish.
-        cluster.wait_for(
-            "the first child", lambda: bool(_children(cluster, namespace, name)), timeout=30, interval=0.02
-        )
+        try:
+            cluster.wait_for(
+                "the first child", lambda: bool(_children(cluster, namespace, name)), timeout=30, interval=0.02
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}\noperator log:\n{first.log_tail()}") from None
     finally:
         first.stop(kill=True)
     second = OperatorProcess(cluster.kubeconfig, tmp_path / "second.log", webhook=False).start()

@@ -1,0 +1,192 @@
+"""Reconcile benchmark on the local control plane; prints figures, asserts nothing.
+
+Run: `.venv/bin/python -m e2e.perf.bench_reconcile [--services 100 500] [--latency-samples 20]`.
+
+It starts a private local cluster with enough kwok GPU nodes for the largest run, installs the CRD, starts the real
+operator (webhook off: this measures reconcile, not admission) and measures:
+  1. apply -> all 9 children present, for one service at a time (p50/p95 over --latency-samples);
+  2. time for N services created at once to all report Ready=True (for each N in --services);
+  3. write requests during a no-op resync of the largest N: the operator is restarted, so it lists and reconciles
+     every service again; writes are counted by the operator (`disaggspec_api_writes_total`) and by the API server
+     (`apiserver_request_total` for the owned kinds, verbs other than GET/LIST/WATCH);
+  4. the operator's RSS with the largest N converged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import config as k8s_config
+
+from disaggspec import apply
+from e2e.cluster.controlplane import LocalCluster, NodeShape
+from tests.integration.operator_process import OperatorProcess
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"
+CRD = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+NAMESPACE = "bench"
+OWNED = ("deployments", "services", "serviceaccounts", "roles", "rolebindings", "disaggspecservices")
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def service(name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load(TEMPLATE.read_text())
+    obj["metadata"] = {"name": name, "namespace": NAMESPACE}
+    return obj
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def apiserver_writes(cluster: LocalCluster) -> int:
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    total = 0
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if labels.get("resource") in OWNED and labels.get("verb") in WRITE_VERBS:
+            if labels.get("resource") == "deployments" and labels.get("subresource") == "status":
+                continue  # the Deployment controller's own status writes
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def operator_writes(process: OperatorProcess) -> int:
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in process.metrics().splitlines()
+        if line.startswith("disaggspec_api_writes_total{")
+    )
+
+
+def rss_mib(process: OperatorProcess) -> float:
+    assert process.proc is not None
+    for line in Path(f"/proc/{process.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def ready_count(cluster: LocalCluster, prefix: str) -> int:
+    out = cluster.kubectl(
+        "get",
+        "dss",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
+    ).stdout
+    return sum(1 for line in out.splitlines() if line.startswith(prefix) and line.endswith(" True"))
+
+
+def create_many(cluster: LocalCluster, names: list[str]) -> None:
+    # Batches of 50 per kubectl call keep process start-up out of the measurement as far as possible.
+    batches = [names[i : i + 50] for i in range(0, len(names), 50)]
+
+    def create(batch: list[str]) -> None:
+        cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all([service(n) for n in batch]))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(create, batches))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--services", type=int, nargs="+", default=[100, 500])
+    parser.add_argument("--latency-samples", type=int, default=20)
+    args = parser.parse_args()
+    largest = max(args.services)
+    # 2 GPUs per service (prefill + decode, tp 1); 8 per node; 110 pods per node.
+    nodes = max(4, -(-2 * largest // 8) + 2, -(-3 * largest // 100) + 2)
+    work = Path(tempfile.mkdtemp(prefix="disaggspec-bench-"))
+    cluster = LocalCluster(work / "cluster")
+    started = time.monotonic()
+    cluster.up(port_base=19379, nodes=NodeShape(count=nodes), timeout=180)
+    print(f"cluster: {nodes} kwok GPU nodes, up in {time.monotonic() - started:.1f}s")
+    operator: OperatorProcess | None = None
+    try:
+        cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+        time.sleep(2)
+        cluster.kubectl("create", "namespace", NAMESPACE)
+        state = cluster.require_state()
+        operator = OperatorProcess(state.kubeconfig, work / "operator.log", webhook=False).start()
+
+        api = apply.Client(k8s_config.new_client_from_config(config_file=str(state.kubeconfig)))  # type: ignore[no-untyped-call]
+        collection = apply.SERVICE_RESOURCE.collection(NAMESPACE)
+        latencies = []
+        for i in range(args.latency_samples):
+            name = f"lat-{i}"
+            t0 = time.monotonic()
+            api.request("POST", collection, body=service(name))
+            while len(apply.list_children(api, NAMESPACE, name)) < 9:
+                time.sleep(0.002)
+            latencies.append((time.monotonic() - t0) * 1000)
+        print(
+            f"apply -> all children applied (one service; create request to the 9th child listed): "
+            f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms "
+            f"over {len(latencies)} samples"
+        )
+        cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true")
+
+        for count in sorted(args.services):
+            prefix = f"s{count}-"
+            names = [f"{prefix}{i}" for i in range(count)]
+            t0 = time.monotonic()
+            create_many(cluster, names)
+            created = time.monotonic() - t0
+            while ready_count(cluster, prefix) < count:
+                if time.monotonic() - t0 > 900:
+                    print(f"{count} services: only {ready_count(cluster, prefix)} Ready after 900 s")
+                    break
+                time.sleep(1)
+            print(
+                f"{count} services: all Ready {time.monotonic() - t0:.1f} s after the first create "
+                f"(creating took {created:.1f} s)"
+            )
+            if count != largest:
+                cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s")
+                time.sleep(5)
+
+        print(f"operator RSS with {largest} services converged: {rss_mib(operator):.0f} MiB")
+        time.sleep(5)
+        operator.stop()
+        before_api = apiserver_writes(cluster)
+        operator = OperatorProcess(state.kubeconfig, work / "operator-resync.log", webhook=False).start()
+        # The restarted operator lists every service and reconciles each once; wait until that has settled.
+        deadline = time.monotonic() + 300
+        passes = 0
+        while time.monotonic() < deadline:
+            metrics_text = operator.metrics()
+            match = re.search(r"^disaggspec_reconcile_duration_seconds_count (\S+)$", metrics_text, re.M)
+            passes = int(float(match.group(1))) if match else 0
+            if passes >= largest:
+                break
+            time.sleep(1)
+        time.sleep(5)
+        print(
+            f"no-op resync of {largest} services ({passes} passes): operator writes {operator_writes(operator)}, "
+            f"API server writes to owned kinds {apiserver_writes(cluster) - before_api}"
+        )
+        print(f"operator RSS after the resync: {rss_mib(operator):.0f} MiB")
+        print(json.dumps({"log": str(work / "operator.log")}))
+    finally:
+        if operator is not None:
+            operator.stop()
+        cluster.down(quiet=True)
+
+
+if __name__ == "__main__":
+    main()
