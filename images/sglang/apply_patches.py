@@ -182,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="directory that contains sglang/ (default: the installed one)")
     parser.add_argument("--check", action="store_true", help="verify that every hunk applies; write nothing")
     parser.add_argument("--record", type=Path, help="write the applied series (name, sha256) to this file")
-    parser.add_argument("--version", help="expected sglang version (checked against the tree's dist-info or __version__)")
+    parser.add_argument(
+        "--version", help="expected sglang version (checked against the tree's dist-info or __version__)"
+    )
     args = parser.parse_args(argv)
     try:
         tree = args.tree or default_tree()
@@ -213,7 +215,7 @@ def sglang_version(tree: Path) -> str:
         version_file = tree / "sglang" / candidate
         if version_file.exists():
             # Only a top-level literal: 0.5.23's version.py has indented fallbacks such as "0.0.0.dev0".
-            m = re.search(r"^__version__(?:: str)?\s*=\s*[\"']([^\"']+)", version_file.read_text(), re.M)
+            m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", version_file.read_text(), re.M)
             if m:
                 return m.group(1)
     return "unknown"

@@ -59,7 +59,9 @@ def emulate_aux_transfer(prefill_buffers, prefill_slot: int, decode_buffers, dec
 def assert_bit_exact(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     """Equal shape, dtype and bytes (NaN-safe, -0.0 distinct), with a readable message."""
     assert actual is not None, f"{what}: decode has nothing"
-    assert tuple(actual.shape) == tuple(expected.shape), f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     a = actual.detach().contiguous().cpu().view(torch.uint8)
     e = expected.detach().contiguous().cpu().view(torch.uint8)

@@ -190,7 +190,9 @@ def prebuilt_extend(case: Case, decode, reqs: list[Req]) -> EagleDraftInput:
 
 def transfer(prefill, decode, prefill_req: Req, decode_req: Req) -> int:
     slot = decode.req_to_metadata_buffer_idx_allocator.alloc()
-    emulate_aux_transfer(prefill.disagg_metadata_buffers, prefill_req.metadata_buffer_index, decode.disagg_metadata_buffers, slot)
+    emulate_aux_transfer(
+        prefill.disagg_metadata_buffers, prefill_req.metadata_buffer_index, decode.disagg_metadata_buffers, slot
+    )
     decode_req.metadata_buffer_index = slot
     return slot
 
@@ -203,7 +205,11 @@ def decode_twin(req: Req) -> Req:
 
 
 def expected_rows(spec_info: EagleDraftInput, row: int, topk: int):
-    return spec_info.topk_p[row : row + 1, :topk], spec_info.topk_index[row : row + 1, :topk], spec_info.hidden_states[row : row + 1]
+    return (
+        spec_info.topk_p[row : row + 1, :topk],
+        spec_info.topk_index[row : row + 1, :topk],
+        spec_info.hidden_states[row : row + 1],
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -247,7 +253,9 @@ def test_finished_request_does_not_shift_rows(algorithm: str, gloo_group):
     for out_row, in_row in ((0, 0), (1, 1)):
         assert_bit_exact(rebuilt.topk_p[out_row], spec_info.topk_p[in_row], f"request {out_row + 1} topk_p")
         assert_bit_exact(rebuilt.topk_index[out_row], spec_info.topk_index[in_row], f"request {out_row + 1} topk_index")
-        assert_bit_exact(rebuilt.hidden_states[out_row], spec_info.hidden_states[in_row], f"request {out_row + 1} hidden")
+        assert_bit_exact(
+            rebuilt.hidden_states[out_row], spec_info.hidden_states[in_row], f"request {out_row + 1} hidden"
+        )
 
 
 def test_reused_slot_does_not_corrupt_waiting_request(gloo_group):
@@ -269,7 +277,9 @@ def test_reused_slot_does_not_corrupt_waiting_request(gloo_group):
     allocator = decode.req_to_metadata_buffer_idx_allocator
     while (slot := allocator.alloc()) != slot_a:  # drain until the freed slot comes round again
         assert slot is not None, "freed slot never came back"
-    emulate_aux_transfer(prefill.disagg_metadata_buffers, req_b.metadata_buffer_index, decode.disagg_metadata_buffers, slot_a)
+    emulate_aux_transfer(
+        prefill.disagg_metadata_buffers, req_b.metadata_buffer_index, decode.disagg_metadata_buffers, slot_a
+    )
     twin_b.metadata_buffer_index = slot_a
 
     assert_bit_exact(twin_a.hidden_states_tensor, received_a[0], "A's hidden state after B reused its slot")
@@ -304,5 +314,7 @@ def test_wrong_width_hidden_state_fails_with_clear_error():
     req.hidden_states_tensor = torch.zeros(3 * 64, dtype=torch.bfloat16)
     req.output_topk_p = torch.zeros(4)
     req.output_topk_index = torch.zeros(4, dtype=torch.int64)
-    with pytest.raises(RuntimeError, match=r"hidden state of shape \(192,\) does not fit the \(64,\) draft hidden-state"):
+    with pytest.raises(
+        RuntimeError, match=r"hidden state of shape \(192,\) does not fit the \(64,\) draft hidden-state"
+    ):
         prefill.disagg_metadata_buffers.set_buf(req)

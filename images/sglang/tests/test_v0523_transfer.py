@@ -1,0 +1,295 @@
+"""SGLang 0.5.23, PD + EAGLE: draft-state transfer for any top-k, and a handshake that refuses a mismatched pair.
+
+The transfer tests run the real code: ``MetadataBuffers.set_buf`` on a ``Req`` carrying draft state as 0.5.23's
+prefill leaves it, the byte-exact aux-transfer emulation, the decode queue's real ``_commit_transfer_to_req`` (which
+calls ``get_buf`` and validates the bootstrap room), and ``build_eagle_disagg_draft_input``. The buffers are built
+with the arguments each tree's ``Scheduler.init_disaggregation`` passes (the patched one adds the config-sized top-k
+row); ``get_spec()`` is replaced by the test's speculative settings. The handshake tests run the real bootstrap server
+on 127.0.0.1, register a prefill with the real ``register_to_bootstrap``, and let the real
+``try_ensure_parallel_info`` of a decode fetch ``/route`` and judge it. Unpatched, topk x steps > 16 crashes set_buf
+and every mismatched pair is accepted silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import time
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import torch
+
+from conftest import assert_bit_exact, emulate_aux_transfer, require_version
+
+require_version("0.5.23")
+
+import sglang.srt.disaggregation.common.conn as common_conn  # noqa: E402
+import sglang.srt.disaggregation.utils as disagg_utils  # noqa: E402
+import sglang.srt.speculative.eagle_disaggregation as eagle_disagg  # noqa: E402
+from sglang.srt.disaggregation.decode import DecodeRequest, DecodeTransferQueue  # noqa: E402
+from sglang.srt.disaggregation.utils import MetadataBuffers  # noqa: E402
+from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+
+PATCHED = hasattr(disagg_utils, "speculative_fingerprint")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The speculative settings get_spec() answers with (the --speculative-* flags), plus the draft's hidden row."""
+
+    speculative_algorithm: str = "EAGLE"
+    speculative_eagle_topk: int = 4
+    speculative_num_steps: int = 3
+    enable_multi_layer_eagle: bool = False
+    speculative_use_rejection_sampling: bool = False
+    draft_hidden: int = 64
+    draft_dtype: torch.dtype = torch.bfloat16
+
+    @property
+    def num_states(self) -> int:
+        return self.speculative_eagle_topk * (self.speculative_num_steps if self.enable_multi_layer_eagle else 1)
+
+    def __str__(self) -> str:
+        ml = f"-ml{self.speculative_num_steps}" if self.enable_multi_layer_eagle else ""
+        return f"{self.speculative_algorithm}-topk{self.speculative_eagle_topk}{ml}"
+
+
+CASES = [
+    *(Spec(alg, k) for alg in ("EAGLE", "EAGLE3", "NEXTN") for k in (1, 4, 8)),
+    Spec("EAGLE", 1, speculative_num_steps=3, enable_multi_layer_eagle=True),
+    # Past the old fixed 16-wide row: these crashed the prefill scheduler.
+    Spec("EAGLE", 20),
+    Spec("EAGLE3", 32),
+    Spec("EAGLE", 4, speculative_num_steps=5, enable_multi_layer_eagle=True),
+]
+WIDE = {str(c) for c in CASES if c.num_states > 16}
+
+
+def make_buffers(spec: Spec, size: int = 4, **kwargs) -> MetadataBuffers:
+    """MetadataBuffers as this tree's Scheduler.init_disaggregation builds them (same on prefill and decode)."""
+    args = dict(hidden_size=spec.draft_hidden, hidden_states_dtype=spec.draft_dtype, max_sampling_mask_tokens=64)
+    args.update(kwargs)
+    if PATCHED:
+        buffers = MetadataBuffers(size, spec_topk_width=disagg_utils.spec_topk_metadata_width(spec), **args)
+        buffers.spec_fingerprint = disagg_utils.speculative_fingerprint(spec, buffers)
+        return buffers
+    return MetadataBuffers(size, **args)
+
+
+def prefill_req(spec: Spec, rid: str, room: int, slot: int, seed: int) -> Req:
+    """A prefill Req holding the draft state of its first step, as process_batch_result_disagg_prefill sets it."""
+    g = torch.Generator().manual_seed(seed)
+    req = Req(rid, "", list(range(1, 8)), SamplingParams(max_new_tokens=16))
+    req.bootstrap_room = room
+    req.metadata_buffer_index = slot
+    req.output_ids = [100 + seed]
+    req.output_topk_p = torch.rand(spec.num_states, generator=g).softmax(-1)
+    req.output_topk_index = torch.randint(0, 1000, (spec.num_states,), generator=g, dtype=torch.int64)
+    req.hidden_states_tensor = torch.randn(spec.draft_hidden, generator=g).to(spec.draft_dtype)
+    return req
+
+
+@pytest.fixture(autouse=True)
+def disagg_bag():
+    """The 'disagg' config bag the decode commit path reads (a real transfer backend, not 'fake')."""
+    bag = SimpleNamespace(disaggregation_transfer_backend="mooncake")
+    with mock.patch.object(disagg_utils, "get_disagg", lambda: bag):
+        yield
+
+
+def decode_queue(spec: Spec, buffers: MetadataBuffers):
+    """Stand-in for the DecodeTransferQueue whose real _commit_transfer_to_req is under test."""
+    queue = mock.MagicMock()
+    queue.metadata_buffers = buffers
+    queue.scheduler.kv_checksum_computer = None
+    queue.spec_algorithm = SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
+    return queue
+
+
+def commit(queue, req: Req, slot: int) -> None:
+    DecodeTransferQueue._commit_transfer_to_req(queue, DecodeRequest(req=req, kv_receiver=mock.MagicMock(), metadata_buffer_index=slot))
+    assert req.finished_reason is None, f"decode aborted the request: {req.finished_reason}"
+
+
+def decode_req(rid: str, room: int) -> Req:
+    req = Req(rid, "", list(range(1, 8)), SamplingParams(max_new_tokens=16))
+    req.bootstrap_room = room
+    return req
+
+
+def rebuild(spec: Spec, reqs: list[Req]):
+    batch = SimpleNamespace(
+        reqs=reqs,
+        device="cpu",
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(), vocab_size=1000),
+        enable_overlap=False,
+    )
+    with mock.patch.object(eagle_disagg, "get_spec", lambda: spec):
+        return eagle_disagg.build_eagle_disagg_draft_input(batch, torch.tensor([r.output_ids[-1] for r in reqs]), None)
+
+
+@pytest.mark.parametrize("spec", CASES, ids=str)
+def test_first_draft_step_matches_prefill(spec: Spec):
+    prefill, decode = make_buffers(spec), make_buffers(spec)
+    sent = prefill_req(spec, "r0", room=4242, slot=1, seed=spec.num_states)
+    prefill.set_buf(sent)
+    emulate_aux_transfer(prefill, 1, decode, 2)
+    got = decode_req("r0", room=4242)
+    commit(decode_queue(spec, decode), got, slot=2)
+    draft = rebuild(spec, [got])
+    assert_bit_exact(draft.topk_p, sent.output_topk_p.unsqueeze(0), "topk_p")
+    assert_bit_exact(draft.topk_index, sent.output_topk_index.unsqueeze(0), "topk_index")
+    assert_bit_exact(draft.hidden_states, sent.hidden_states_tensor.unsqueeze(0), "draft hidden state")
+
+
+def test_reused_slot_does_not_corrupt_waiting_request():
+    spec = Spec("EAGLE3", 8)
+    prefill, decode = make_buffers(spec), make_buffers(spec)
+    queue = decode_queue(spec, decode)
+    a, b = prefill_req(spec, "a", 11, 0, seed=1), prefill_req(spec, "b", 12, 1, seed=2)
+    prefill.set_buf(a)
+    prefill.set_buf(b)
+    emulate_aux_transfer(prefill, 0, decode, 3)
+    got_a = decode_req("a", 11)
+    commit(queue, got_a, slot=3)
+    emulate_aux_transfer(prefill, 1, decode, 3)  # slot 3 freed and reused by B before A's prebuilt extend
+    draft = rebuild(spec, [got_a])
+    assert_bit_exact(draft.topk_p[0], a.output_topk_p, "A's topk_p")
+    assert_bit_exact(draft.hidden_states[0], a.hidden_states_tensor, "A's hidden state")
+
+
+def test_set_buf_refuses_more_states_than_the_row_holds():
+    """A buffer narrower than the draft state (a misconfigured side) fails with a message, not a broadcast error."""
+    narrow = Spec("EAGLE", 4)
+    buffers = make_buffers(narrow)
+    req = prefill_req(Spec("EAGLE", 4, speculative_num_steps=5, enable_multi_layer_eagle=True), "x", 1, 0, seed=3)
+    with pytest.raises(RuntimeError, match=r"20 top-k entries exceed the 16-wide top-k buffer"):
+        buffers.set_buf(req)
+
+
+# --- handshake -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def bootstrap_server():
+    port = free_port()
+    server = common_conn.CommonKVBootstrapServer("127.0.0.1", port)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    yield f"127.0.0.1:{port}"
+    # Cancel the server's background task first, so closing its loop leaves no pending task behind.
+    loop = getattr(server, "_loop", None)
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
+        time.sleep(0.05)
+    server.close()
+
+
+def kv_args(buffers: MetadataBuffers, role: str):
+    """KVArgs as the prefill/decode queues fill them: aux regions from get_buf_infos(), plus the fingerprint."""
+    args = SimpleNamespace(page_size=1, kv_cache_dtype_str="auto", kv_layout=None, state_types=[], engine_rank=0,
+                           rust_http_port=None)
+    args.aux_data_ptrs, args.aux_data_lens, args.aux_item_lens = buffers.get_buf_infos()
+    if PATCHED:
+        args.spec_fingerprint = buffers.spec_fingerprint
+    return args
+
+
+def manager(buffers: MetadataBuffers, role: str, port: int = 0):
+    """A CommonKVManager stand-in with one rank's topology; its handshake methods are the real ones."""
+    mgr = mock.MagicMock()
+    mgr.kv_args = kv_args(buffers, role)
+    mgr.kv_cache_dtype_str = "auto"
+    mgr.spec_fingerprint = getattr(mgr.kv_args, "spec_fingerprint", None)
+    mgr.kv_layout = None
+    mgr.dsv41_spec_layout = None
+    for name in ("attn_tp_size", "attn_cp_size", "attn_dp_size", "pp_size", "system_dp_size"):
+        setattr(mgr, name, 1)
+    for name in ("attn_tp_rank", "attn_cp_rank", "attn_dp_rank", "pp_rank", "system_dp_rank"):
+        setattr(mgr, name, 0)
+    mgr.is_mla_backend = mgr.is_hybrid_mla_backend = False
+    mgr.dcp_size = 1
+    mgr.dist_init_addr = None
+    mgr.bootstrap_host = "127.0.0.1"
+    mgr.bootstrap_port = port
+    mgr.local_ip = "127.0.0.1"
+    mgr.rank_port = 12345
+    mgr.prefill_info_table = {}
+    mgr._register_topology_row = functools.partial(common_conn.CommonKVManager._register_topology_row, mgr)
+    return mgr
+
+
+@pytest.fixture
+def runtime_bags():
+    """The process config bags register_to_bootstrap reads (unpublished in a test process)."""
+    parallel = SimpleNamespace(load_balance_method="follow_bootstrap_room", enable_dsa_cache_layer_split=False,
+                               enable_kv_cache_sharding=False, enable_cp_tp_group_sharing=False)
+    with (
+        mock.patch.object(common_conn, "get_parallel", lambda: parallel),
+        mock.patch.object(common_conn, "get_serving", lambda: SimpleNamespace(port=30000)),
+        mock.patch.object(common_conn, "get_disagg",
+                          lambda: SimpleNamespace(disaggregation_decode_allocation_policy="early")),
+    ):
+        yield
+
+
+def handshake(addr: str, prefill_buffers: MetadataBuffers, decode_buffers: MetadataBuffers) -> bool:
+    port = int(addr.rsplit(":", 1)[1])
+    common_conn.CommonKVManager.register_to_bootstrap(manager(prefill_buffers, "prefill", port))
+    return common_conn.CommonKVManager.try_ensure_parallel_info(manager(decode_buffers, "decode"), addr)
+
+
+BASE = Spec("EAGLE3", 4)
+MISMATCHES = {
+    "speculative_algorithm": replace(BASE, speculative_algorithm="EAGLE"),
+    "draft_hidden_size": replace(BASE, draft_hidden=48),
+    "draft_hidden_dtype": replace(BASE, draft_dtype=torch.float16),
+    "speculative_eagle_topk": replace(BASE, speculative_eagle_topk=8),
+    "enable_multi_layer_eagle": replace(BASE, speculative_eagle_topk=1, enable_multi_layer_eagle=True),
+    "speculative_use_rejection_sampling": replace(BASE, speculative_use_rejection_sampling=True),
+}
+
+
+def test_matching_pair_passes_the_handshake(bootstrap_server, runtime_bags):
+    assert handshake(bootstrap_server, make_buffers(BASE), make_buffers(BASE)) is True
+
+
+@pytest.mark.parametrize("field", sorted(MISMATCHES))
+def test_mismatched_pair_is_refused_naming_the_field(field: str, bootstrap_server, runtime_bags):
+    prefill_spec = MISMATCHES[field]
+    base = BASE
+    if field == "enable_multi_layer_eagle":
+        base = replace(BASE, speculative_eagle_topk=1)  # only the multi-layer flag differs
+    with pytest.raises(RuntimeError, match=rf"Speculative config mismatch.*{field}: prefill="):
+        handshake(bootstrap_server, make_buffers(prefill_spec), make_buffers(base))
+
+
+def test_metadata_buffer_count_mismatch_is_refused(bootstrap_server, runtime_bags):
+    """KV checksum on decode only: one extra aux buffer. 0.5.23 logged this and sent misaligned rows."""
+    with pytest.raises(RuntimeError, match=r"metadata buffer count mismatch: prefill has \d+, decode has \d+"):
+        handshake(bootstrap_server, make_buffers(BASE), make_buffers(BASE, kv_checksum_enabled=True))
+
+
+def test_prefill_rejects_decode_with_other_buffer_count():
+    """The prefill side's check returns a reason (mooncake rejects the peer with it) instead of only logging."""
+    mgr = mock.MagicMock()
+    mgr.kv_args.aux_data_ptrs = [0] * 14
+    reason = common_conn.CommonKVManager.check_peer_aux_buffer_count(mgr, "decode-0", 15)
+    assert reason is not None and "15 metadata buffers" in reason
+    assert common_conn.CommonKVManager.check_peer_aux_buffer_count(mgr, "decode-0", 14) is None
