@@ -173,7 +173,7 @@ def default_tree() -> Path:
     spec = importlib.util.find_spec("sglang")  # locates the package without executing it
     if spec is None or not spec.submodule_search_locations:
         raise PatchError("sglang is not installed for this interpreter; pass --tree")
-    return Path(list(spec.submodule_search_locations)[0]).parent
+    return Path(next(iter(spec.submodule_search_locations))).parent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +218,15 @@ def sglang_version(tree: Path) -> str:
             m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", version_file.read_text(), re.M)
             if m:
                 return m.group(1)
+    # An editable install (the upstream images build sglang from a source checkout) has no dist-info beside the
+    # package; ask the interpreter's metadata, but only about the tree it would import.
+    try:
+        if default_tree().resolve() == tree.resolve():
+            import importlib.metadata
+
+            return importlib.metadata.version("sglang")
+    except Exception:  # "unknown" makes --version fail with a clear message
+        pass
     return "unknown"
 
 

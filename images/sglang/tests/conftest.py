@@ -44,7 +44,7 @@ def emulate_aux_transfer(prefill_buffers, prefill_slot: int, decode_buffers, dec
     """
     src_ptrs, src_lens, src_items = prefill_buffers.get_buf_infos()
     dst_ptrs, dst_lens, _dst_items = decode_buffers.get_buf_infos()
-    for k, (src_ptr, src_len, item) in enumerate(zip(src_ptrs, src_lens, src_items)):
+    for k, (src_ptr, src_len, item) in enumerate(zip(src_ptrs, src_lens, src_items, strict=True)):
         if k >= len(dst_ptrs):
             raise IndexError(f"aux region {k}: decode registered only {len(dst_ptrs)} regions")
         src_off = prefill_slot * item

@@ -113,7 +113,9 @@ def decode_queue(spec: Spec, buffers: MetadataBuffers):
 
 
 def commit(queue, req: Req, slot: int) -> None:
-    DecodeTransferQueue._commit_transfer_to_req(queue, DecodeRequest(req=req, kv_receiver=mock.MagicMock(), metadata_buffer_index=slot))
+    DecodeTransferQueue._commit_transfer_to_req(
+        queue, DecodeRequest(req=req, kv_receiver=mock.MagicMock(), metadata_buffer_index=slot)
+    )
     assert req.finished_reason is None, f"decode aborted the request: {req.finished_reason}"
 
 
@@ -203,8 +205,9 @@ def bootstrap_server():
 
 def kv_args(buffers: MetadataBuffers, role: str):
     """KVArgs as the prefill/decode queues fill them: aux regions from get_buf_infos(), plus the fingerprint."""
-    args = SimpleNamespace(page_size=1, kv_cache_dtype_str="auto", kv_layout=None, state_types=[], engine_rank=0,
-                           rust_http_port=None)
+    args = SimpleNamespace(
+        page_size=1, kv_cache_dtype_str="auto", kv_layout=None, state_types=[], engine_rank=0, rust_http_port=None
+    )
     args.aux_data_ptrs, args.aux_data_lens, args.aux_item_lens = buffers.get_buf_infos()
     if PATCHED:
         args.spec_fingerprint = buffers.spec_fingerprint
@@ -238,13 +241,18 @@ def manager(buffers: MetadataBuffers, role: str, port: int = 0):
 @pytest.fixture
 def runtime_bags():
     """The process config bags register_to_bootstrap reads (unpublished in a test process)."""
-    parallel = SimpleNamespace(load_balance_method="follow_bootstrap_room", enable_dsa_cache_layer_split=False,
-                               enable_kv_cache_sharding=False, enable_cp_tp_group_sharing=False)
+    parallel = SimpleNamespace(
+        load_balance_method="follow_bootstrap_room",
+        enable_dsa_cache_layer_split=False,
+        enable_kv_cache_sharding=False,
+        enable_cp_tp_group_sharing=False,
+    )
     with (
         mock.patch.object(common_conn, "get_parallel", lambda: parallel),
         mock.patch.object(common_conn, "get_serving", lambda: SimpleNamespace(port=30000)),
-        mock.patch.object(common_conn, "get_disagg",
-                          lambda: SimpleNamespace(disaggregation_decode_allocation_policy="early")),
+        mock.patch.object(
+            common_conn, "get_disagg", lambda: SimpleNamespace(disaggregation_decode_allocation_policy="early")
+        ),
     ):
         yield
 

@@ -12,6 +12,7 @@ in ``set_buf`` (target's 3x aux state), the others receive the target's hidden s
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 from types import SimpleNamespace
 from unittest import mock
@@ -119,7 +120,7 @@ def make_req(rid: str, prompt_len: int, pool_idx: int) -> Req:
 def draft_state(case: Case, rows: int, seed: int) -> EagleDraftInput:
     """What forward_draft_extend leaves in batch.spec_info: the draft's top-k of its first step and its hidden state."""
     g = torch.Generator().manual_seed(seed)
-    topk_p, order = torch.rand((rows, case.topk), generator=g).softmax(-1).sort(dim=-1, descending=True)
+    topk_p, _ = torch.rand((rows, case.topk), generator=g).softmax(-1).sort(dim=-1, descending=True)
     topk_index = torch.randint(0, 1000, (rows, case.topk), generator=g, dtype=torch.int64)
     hidden = torch.randn((rows, case.draft_hidden), generator=g).to(case.draft_dtype)
     return EagleDraftInput(
@@ -181,7 +182,9 @@ def prebuilt_extend(case: Case, decode, reqs: list[Req]) -> EagleDraftInput:
         forward_mode=ForwardMode.EXTEND,
         seq_lens=torch.tensor(lens),
         extend_lens=lens,
-        input_ids=torch.tensor(sum((r.origin_input_ids for r in reqs), []), dtype=torch.int32),
+        input_ids=torch.tensor(
+            list(itertools.chain.from_iterable(r.origin_input_ids for r in reqs)), dtype=torch.int32
+        ),
     )
     server_args = SimpleNamespace(speculative_eagle_topk=case.topk)
     ScheduleBatchDisaggregationDecodeMixin.process_prebuilt_extend(batch, server_args, decode.model_config)
@@ -245,7 +248,7 @@ def test_finished_request_does_not_shift_rows(algorithm: str, gloo_group):
     run_prefill(case, prefill, reqs, spec_info, seed=11)
 
     twins = [decode_twin(r) for r in reqs[1:]]
-    for r, t in zip(reqs[1:], twins):
+    for r, t in zip(reqs[1:], twins, strict=True):
         transfer(prefill, decode, r, t)
     _, done = receive(decode, [(t, t.metadata_buffer_index) for t in twins], gloo_group)
     assert done == twins

@@ -1,8 +1,8 @@
 """CPU stand-in for ``sgl_kernel``, SGLang 0.5.2's CUDA kernel package, for the disaggspec transfer tests.
 
 SGLang modules import kernel names from it at module level, but the transfer path under test never calls one. Every
-attribute, and every ``sgl_kernel.<sub>`` module, listed in ``_SUBMODULES``, resolves to a callable that raises, so a test that did reach a kernel
-fails loudly instead of silently computing nothing.
+attribute, and every ``sgl_kernel.<sub>`` module listed in ``_SUBMODULES``, resolves to a callable that raises, so a
+test that did reach a kernel fails loudly instead of silently computing nothing.
 """
 
 import importlib.abc
