@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ import pydantic
 from disaggspec import apply, metrics
 from disaggspec import constants as c
 from disaggspec.api import parse_service
-from disaggspec.reconcile import Reconciler, schema_violations
+from disaggspec.reconcile import ChildrenFn, Reconciler, schema_violations
 from disaggspec.validation import validate, validate_update
 
 log = logging.getLogger("disaggspec.handlers")
@@ -60,11 +61,11 @@ def _reconciler() -> Reconciler:
     return RUNTIME.reconciler
 
 
-def _run(namespace: str, name: str) -> None:
+def _run(namespace: str, name: str, indexes: Mapping[str, Any] | None = None) -> None:
     """One pass; on failure schedule a retry with backoff (raw event handlers are not retried by kopf)."""
     key = (namespace, name)
     try:
-        _reconciler().reconcile(namespace, name)
+        _reconciler().reconcile(namespace, name, _children_from(indexes) if indexes is not None else None)
     except Exception as error:
         with _failures_guard:
             attempt = _failures.get(key, 0)
@@ -99,14 +100,38 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.admission.managed = c.GROUP
 
 
+def _index_id(kind: apply.Kind) -> str:
+    return f"children_{kind.plural}"
+
+
+def _children_from(indexes: Mapping[str, Any]) -> ChildrenFn:
+    """Read the live children of a service from kopf's indexes (kopf fills them before any handler runs, so a
+    restarted operator sees every existing child and rewrites none)."""
+
+    def children(namespace: str, name: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for kind in apply.OWNED_KINDS:
+            out.extend(indexes[_index_id(kind)].get((namespace, name), []))
+        return out
+
+    return children
+
+
+def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+    owner = _owner_name(body)
+    if owner is None or namespace is None:
+        return None
+    return {(namespace, owner): _plain(body)}
+
+
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def on_service_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:
+def on_service_event(*, type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
     if namespace is None:
         return
     if type == "DELETED":
         _reconciler().forget(namespace, name)
         return
-    _run(namespace, name)
+    _run(namespace, name, kwargs)
 
 
 def _owner_name(body: kopf.Body) -> str | None:
@@ -116,15 +141,19 @@ def _owner_name(body: kopf.Body) -> str | None:
     return None
 
 
-def _on_child_event(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+def _on_child_event(*, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
     owner = _owner_name(body)
     if owner is not None and namespace is not None:
-        _run(namespace, owner)
+        _run(namespace, owner, kwargs)
 
 
-# Every owned kind: a deleted child is recreated, a manual edit reverted, a Deployment's progress lands in status.
+# Every owned kind: an index (the operator's cache of its children, keyed by owner) and an event handler (a deleted
+# child is recreated, a manual edit reverted, a Deployment's progress lands in status).
 for _kind in apply.OWNED_KINDS:
     _group, _, _version = _kind.api_version.rpartition("/")
+    kopf.index(_group or "", _version, _kind.plural, labels={c.LABEL_MANAGED_BY: c.MANAGED_BY}, id=_index_id(_kind))(
+        _index_child
+    )
     kopf.on.event(
         _group or "",
         _version,

@@ -32,6 +32,8 @@ from disaggspec.validation import validate
 
 log = logging.getLogger("disaggspec.reconcile")
 
+ChildrenFn = Callable[[str, str], list[dict[str, Any]]]
+"""(namespace, service name) -> the live children, read when the pass holds the service's lock."""
 EventFn = Callable[[dict[str, Any], str, str, str], None]
 """(object, type Normal|Warning, reason, message) -> None."""
 
@@ -80,7 +82,7 @@ class Reconciler:
             self._locks.pop((namespace, name), None)
         metrics.TALLY.record(f"{namespace}/{name}", None)
 
-    def reconcile(self, namespace: str, name: str) -> Outcome | None:
+    def reconcile(self, namespace: str, name: str, children: ChildrenFn | None = None) -> Outcome | None:
         """Reconcile the service `namespace/name`; None when it no longer exists or a queued pass covers it.
 
         The object is read fresh inside the per-service lock: an event's body may predate the status this
@@ -104,14 +106,14 @@ class Reconciler:
                     if error.status == 404:
                         return None
                     raise
-                return self._reconcile(body)
+                return self._reconcile(body, children)
             except Exception as error:
                 metrics.RECONCILE_ERRORS.labels(type(error).__name__).inc()
                 raise
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def _reconcile(self, body: dict[str, Any]) -> Outcome:
+    def _reconcile(self, body: dict[str, Any], children: ChildrenFn | None) -> Outcome:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         generation = int(meta.get("generation", 1))
@@ -124,7 +126,8 @@ class Reconciler:
         except pydantic.ValidationError as error:
             violations = schema_violations(error)
 
-        live = apply.list_children(self.client, namespace, name)
+        # The operator's watch caches when the handlers have them (no request); a LIST per kind otherwise.
+        live = children(namespace, name) if children is not None else apply.list_children(self.client, namespace, name)
         result = apply.SyncResult()
         apply_error: str | None = None
         fingerprint = endpoint = None
