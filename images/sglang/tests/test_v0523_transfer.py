@@ -288,6 +288,14 @@ def test_mismatched_pair_is_refused_naming_the_field(field: str, bootstrap_serve
         handshake(bootstrap_server, make_buffers(prefill_spec), make_buffers(base))
 
 
+def test_prefill_without_fingerprint_is_refused_when_decode_speculates(bootstrap_server, runtime_bags):
+    """An older (unpatched) prefill sends no fingerprint: a speculating decode cannot trust its draft state."""
+    prefill_buffers = make_buffers(BASE)
+    prefill_buffers.spec_fingerprint = None  # what an unpatched prefill publishes: nothing
+    with pytest.raises(RuntimeError, match=r"prefill server sent no speculative fingerprint"):
+        handshake(bootstrap_server, prefill_buffers, make_buffers(BASE))
+
+
 def test_metadata_buffer_count_mismatch_is_refused(bootstrap_server, runtime_bags):
     """KV checksum on decode only: one extra aux buffer. 0.5.23 logged this and sent misaligned rows."""
     with pytest.raises(RuntimeError, match=r"metadata buffer count mismatch: prefill has \d+, decode has \d+"):
