@@ -11,7 +11,6 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
 
 import kopf
 from kubernetes import client as k8s
@@ -27,11 +26,6 @@ def _api_client() -> k8s.ApiClient:
     else:
         k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
     return k8s.ApiClient()
-
-
-def emit_event(obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    """Post a Kubernetes Event about `obj` through kopf's poster (asynchronous, never blocks a reconcile)."""
-    kopf.event(obj, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]  # reads a Mapping
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf").setLevel(logging.WARNING)
     settings = config.from_env()
     namespaces = tuple(args.namespace) or settings.namespaces
-    handlers.RUNTIME.reconciler = Reconciler(apply.Client(_api_client()), settings, emit_event)
+    client = apply.Client(_api_client())
+    handlers.RUNTIME.reconciler = Reconciler(client, settings, client.post_event)
     if args.webhook == "on":
         cert, key = args.webhook_cert, args.webhook_key
         if cert is None and args.webhook_host:

@@ -11,7 +11,9 @@ no discovery round trip is needed.
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,10 @@ DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
 OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, DEPLOYMENT)
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
 SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
+EVENT = Kind("v1", "Event", "events")
+
+
+log = logging.getLogger("disaggspec.apply")
 
 
 class ApiError(RuntimeError):
@@ -138,6 +144,36 @@ class Client:
         except ApiError as error:
             if error.status not in (404, 409):  # already gone, or replaced by a newer object of the same name
                 raise
+
+    def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event about `obj` (best effort: a failed Event never fails a reconcile)."""
+        meta = obj["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", c.API_VERSION),
+                "kind": obj.get("kind", c.KIND),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": c.MANAGED_BY},
+            "reportingComponent": c.MANAGED_BY,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.request("POST", EVENT.collection(meta["namespace"]), body=event)
+        except ApiError as error:
+            log.warning("could not record event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         path = f"{SERVICE_RESOURCE.collection(namespace)}/{name}/status"

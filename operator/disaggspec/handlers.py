@@ -1,9 +1,10 @@
 """Thin kopf wiring: which events trigger a reconcile, the admission webhook, and operator settings.
 
 Reconcile is level-based: every event of a DisaggSpecService (including the initial listing when the operator
-starts, which is the resume case) and every event of a child it owns runs the same `Reconciler.reconcile`, which
-compares desired with actual state. Raw event handlers are used, not kopf's change handlers, so kopf keeps no
-progress annotations on the objects and a no-op pass writes nothing. A failed pass is retried with backoff. The
+starts, which is the resume case) and every event of a child it owns marks the service dirty in a de-duplicating
+work queue; its workers run `Reconciler.reconcile`, which compares desired with actual state. Raw event handlers
+are used, not kopf's change handlers, so kopf keeps no progress annotations on the objects and a no-op pass writes
+nothing. Live children come from kopf indexes, not from LIST requests. A failed pass is retried with backoff. The
 validating webhook runs the same rule table as reconcile (`validation.validate_update` on updates).
 """
 
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,12 @@ from disaggspec import constants as c
 from disaggspec.api import parse_service
 from disaggspec.reconcile import ChildrenFn, Reconciler, schema_violations
 from disaggspec.validation import validate, validate_update
+from disaggspec.workqueue import WorkQueue
 
 log = logging.getLogger("disaggspec.handlers")
 
-RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-"""Seconds before retrying a failed pass; the last one repeats."""
+WORKERS = 4
+"""Reconcile worker threads (each pass is mostly waiting on the API server)."""
 
 
 @dataclass
@@ -48,11 +49,10 @@ class Runtime:
 
     reconciler: Reconciler | None = None
     webhook: WebhookOptions | None = None
+    indexes: Mapping[str, Any] | None = None
 
 
 RUNTIME = Runtime()
-_failures: dict[tuple[str, str], int] = {}
-_failures_guard = threading.Lock()
 
 
 def _reconciler() -> Reconciler:
@@ -61,25 +61,21 @@ def _reconciler() -> Reconciler:
     return RUNTIME.reconciler
 
 
-def _run(namespace: str, name: str, indexes: Mapping[str, Any] | None = None) -> None:
-    """One pass; on failure schedule a retry with backoff (raw event handlers are not retried by kopf)."""
-    key = (namespace, name)
-    try:
-        _reconciler().reconcile(namespace, name, _children_from(indexes) if indexes is not None else None)
-    except Exception as error:
-        with _failures_guard:
-            attempt = _failures.get(key, 0)
-            _failures[key] = attempt + 1
-        delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
-        log.warning(
-            "reconcile %s/%s failed (attempt %d), retrying in %.0fs: %s", namespace, name, attempt + 1, delay, error
-        )
-        timer = threading.Timer(delay, _run, args=(namespace, name))
-        timer.daemon = True
-        timer.start()
-        return
-    with _failures_guard:
-        _failures.pop(key, None)
+def _process(key: Hashable) -> None:
+    assert isinstance(key, tuple)
+    namespace, name = str(key[0]), str(key[1])
+    children = _children_from(RUNTIME.indexes) if RUNTIME.indexes else None
+    _reconciler().reconcile(namespace, name, children)
+
+
+QUEUE = WorkQueue(_process)
+
+
+def _enqueue(namespace: str, name: str, kwargs: Mapping[str, Any]) -> None:
+    if RUNTIME.indexes is None:
+        # kopf passes the same live Index objects to every handler: keep them for the workers.
+        RUNTIME.indexes = {k: v for k, v in kwargs.items() if k.startswith("children_")}
+    QUEUE.add((namespace, name))
 
 
 @kopf.on.startup()
@@ -88,6 +84,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Our own Events say what matters; kopf's per-handler INFO events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    QUEUE.start(WORKERS)
     options = RUNTIME.webhook
     if options is not None:
         settings.admission.server = kopf.WebhookServer(
@@ -131,7 +128,7 @@ def on_service_event(*, type: str, namespace: str | None, name: str, **kwargs: A
     if type == "DELETED":
         _reconciler().forget(namespace, name)
         return
-    _run(namespace, name, kwargs)
+    _enqueue(namespace, name, kwargs)
 
 
 def _owner_name(body: kopf.Body) -> str | None:
@@ -144,7 +141,7 @@ def _owner_name(body: kopf.Body) -> str | None:
 def _on_child_event(*, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
     owner = _owner_name(body)
     if owner is not None and namespace is not None:
-        _run(namespace, owner, kwargs)
+        _enqueue(namespace, owner, kwargs)
 
 
 # Every owned kind: an index (the operator's cache of its children, keyed by owner) and an event handler (a deleted

@@ -71,7 +71,6 @@ class Reconciler:
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._queued: set[tuple[str, str]] = set()
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -83,22 +82,14 @@ class Reconciler:
         metrics.TALLY.record(f"{namespace}/{name}", None)
 
     def reconcile(self, namespace: str, name: str, children: ChildrenFn | None = None) -> Outcome | None:
-        """Reconcile the service `namespace/name`; None when it no longer exists or a queued pass covers it.
+        """Reconcile the service `namespace/name`; None when it no longer exists.
 
         The object is read fresh inside the per-service lock: an event's body may predate the status this
         operator just wrote, and comparing against a stale status would write it again.
         """
         key = (namespace, name)
-        with self._locks_guard:
-            if key in self._queued:
-                # A pass for this service is waiting for the lock and has not read the object yet: it will see
-                # whatever change triggered this call, so a second pass would only repeat it.
-                return None
-            self._queued.add(key)
         started = time.monotonic()
         with self._lock(key):
-            with self._locks_guard:
-                self._queued.discard(key)
             try:
                 try:
                     body = self.client.request("GET", f"{apply.SERVICE_RESOURCE.collection(namespace)}/{name}")
