@@ -11,6 +11,7 @@ no discovery round trip is needed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import json
 import logging
@@ -180,6 +181,15 @@ class Client:
         self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
+# Children are applied in two waves, each in parallel: first everything a pod needs to exist (the router's identity
+# and RBAC, the Services), then the Deployments. A pass then costs two round trips of latency instead of nine.
+_APPLY_WAVES: tuple[frozenset[str], ...] = (
+    frozenset({SERVICE_ACCOUNT.kind, ROLE.kind, ROLE_BINDING.kind, SERVICE.kind}),
+    frozenset({DEPLOYMENT.kind}),
+)
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+
+
 def sync(
     client: Client,
     owner: dict[str, Any],
@@ -190,16 +200,21 @@ def sync(
     result = SyncResult()
     live_by_ref = {ref(obj): obj for obj in live}
     wanted: set[str] = set()
+    stale: list[dict[str, Any]] = []
     for manifest in desired:
         stamped = with_applied_hash(manifest)
         stamped["metadata"]["ownerReferences"] = [owner_reference(owner)]
         key = ref(stamped)
         wanted.add(key)
         if needs_apply(stamped, live_by_ref.get(key)):
-            client.apply(stamped)
-            result.applied.append(key)
+            stale.append(stamped)
         else:
             result.unchanged += 1
+    for wave in _APPLY_WAVES:
+        batch = [m for m in stale if m["kind"] in wave]
+        # list() re-raises the first failure after the whole wave ran; later waves are not attempted.
+        list(_POOL.map(client.apply, batch))
+        result.applied += [ref(m) for m in batch]
     for key, obj in live_by_ref.items():
         owners = obj["metadata"].get("ownerReferences", [])
         ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)
