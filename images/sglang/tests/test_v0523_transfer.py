@@ -57,18 +57,23 @@ class Spec:
 
     def __str__(self) -> str:
         ml = f"-ml{self.speculative_num_steps}" if self.enable_multi_layer_eagle else ""
-        return f"{self.speculative_algorithm}-topk{self.speculative_eagle_topk}{ml}"
+        rs = "-rs" if self.speculative_use_rejection_sampling else ""
+        return f"{self.speculative_algorithm}-topk{self.speculative_eagle_topk}{ml}{rs}"
 
 
 CASES = [
     *(Spec(alg, k) for alg in ("EAGLE", "EAGLE3", "NEXTN") for k in (1, 4, 8)),
     Spec("EAGLE", 1, speculative_num_steps=3, enable_multi_layer_eagle=True),
+    # Rejection sampling (topk 1): decode must verify against prefill's q, not a one-hot stand-in.
+    Spec("EAGLE", 1, speculative_use_rejection_sampling=True),
+    Spec("EAGLE3", 1, speculative_use_rejection_sampling=True),
+    Spec("EAGLE", 1, speculative_num_steps=3, enable_multi_layer_eagle=True, speculative_use_rejection_sampling=True),
     # Past the old fixed 16-wide row: these crashed the prefill scheduler.
     Spec("EAGLE", 20),
     Spec("EAGLE3", 32),
     Spec("EAGLE", 4, speculative_num_steps=5, enable_multi_layer_eagle=True),
 ]
-WIDE = {str(c) for c in CASES if c.num_states > 16}
+VOCAB = 1000
 
 
 def make_buffers(spec: Spec, size: int = 4, **kwargs) -> MetadataBuffers:
@@ -76,6 +81,8 @@ def make_buffers(spec: Spec, size: int = 4, **kwargs) -> MetadataBuffers:
     args = dict(hidden_size=spec.draft_hidden, hidden_states_dtype=spec.draft_dtype, max_sampling_mask_tokens=64)
     args.update(kwargs)
     if PATCHED:
+        if hasattr(disagg_utils, "spec_draft_probs_metadata_shape"):
+            args.setdefault("draft_probs_shape", disagg_utils.spec_draft_probs_metadata_shape(spec, VOCAB))
         buffers = MetadataBuffers(size, spec_topk_width=disagg_utils.spec_topk_metadata_width(spec), **args)
         buffers.spec_fingerprint = disagg_utils.speculative_fingerprint(spec, buffers)
         return buffers
@@ -92,6 +99,10 @@ def prefill_req(spec: Spec, rid: str, room: int, slot: int, seed: int) -> Req:
     req.output_topk_p = torch.rand(spec.num_states, generator=g).softmax(-1)
     req.output_topk_index = torch.randint(0, 1000, (spec.num_states,), generator=g, dtype=torch.int64)
     req.hidden_states_tensor = torch.randn(spec.draft_hidden, generator=g).to(spec.draft_dtype)
+    if spec.speculative_use_rejection_sampling:
+        # next_draft_input.draft_probs[i]: (vocab,) single-layer, (num_steps, vocab) multi-layer.
+        shape = (spec.speculative_num_steps, VOCAB) if spec.enable_multi_layer_eagle else (VOCAB,)
+        req.output_draft_probs = torch.rand(shape, generator=g).softmax(-1)
     return req
 
 
@@ -129,7 +140,7 @@ def rebuild(spec: Spec, reqs: list[Req]):
     batch = SimpleNamespace(
         reqs=reqs,
         device="cpu",
-        model_config=SimpleNamespace(hf_config=SimpleNamespace(), vocab_size=1000),
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(), vocab_size=VOCAB),
         enable_overlap=False,
     )
     with mock.patch.object(eagle_disagg, "get_spec", lambda: spec):
@@ -148,6 +159,8 @@ def test_first_draft_step_matches_prefill(spec: Spec):
     assert_bit_exact(draft.topk_p, sent.output_topk_p.unsqueeze(0), "topk_p")
     assert_bit_exact(draft.topk_index, sent.output_topk_index.unsqueeze(0), "topk_index")
     assert_bit_exact(draft.hidden_states, sent.hidden_states_tensor.unsqueeze(0), "draft hidden state")
+    if spec.speculative_use_rejection_sampling:
+        assert_bit_exact(draft.draft_probs, sent.output_draft_probs.unsqueeze(0), "draft proposal q")
 
 
 def test_reused_slot_does_not_corrupt_waiting_request():
