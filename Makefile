@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SGLANG_VERSIONS ?= 0.5.2 0.5.23
 
 .PHONY: help venv test test-unit lint generate verify demo demo-down cluster-build cluster-up cluster-down \
-        cluster-status cluster-kubeconfig e2e-local e2e-kind-gpu image-build
+        cluster-status cluster-kubeconfig e2e-local e2e-kind-gpu image-build test-sglang
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -52,8 +52,15 @@ lint: venv ## ruff, ruff format --check, mypy, import-linter layer contracts
 test-unit: venv ## fast tests only: no cluster
 	$(PY) -m pytest -m "not integration"
 
-test: venv cluster-build lint verify ## everything: lint, unit, golden and integration tests on a real local control plane
+test: venv cluster-build lint verify ## everything: lint, unit, golden, integration (real local control plane), SGLang patch tests
+	bash images/sglang/tests/run.sh all
 	$(PY) -m pytest
+
+test-sglang: ## the patched SGLang transfer path on CPU, against the real 0.5.2 and 0.5.23 modules (patched and not)
+	bash images/sglang/tests/run.sh all
+
+image-build: ## build the patched SGLang images with docker buildx (needs a Docker engine: not run in CI)
+	for version in $(SGLANG_VERSIONS); do images/sglang/build.sh $$version; done
 
 demo: cluster-build ## the main job on the embedded local cluster: operator, EAGLE3 example to Ready, rejections
 	$(PY) -m e2e.demo up

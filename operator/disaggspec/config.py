@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 # The patched SGLang image per supported version (built from images/sglang/); the repository is configurable.
 DEFAULT_IMAGE_REPOSITORY = "disaggspec/sglang"
-DEFAULT_IMAGE_TAGS: Mapping[str, str] = {"0.5.2": "v0.5.2-disaggspec.1", "0.5.23": "v0.5.23-disaggspec.1"}
+DEFAULT_IMAGE_TAGS: Mapping[str, str] = {"0.5.2": "v0.5.2-disaggspec", "0.5.23": "v0.5.23-disaggspec"}
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,10 @@ def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tu
     owner = _owner_name(body)
     if owner is None or namespace is None:
         return None
-    return {(namespace, owner): _plain(body)}
+    child = _plain(body)
+    # managedFields is often the largest part of an object and drift checks never read it: not worth the memory.
+    child["metadata"].pop("managedFields", None)
+    return {(namespace, owner): child}
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

@@ -1,0 +1,106 @@
+"""Conformance: every SGLang command line the operator renders parses with the real server-args parser of the
+release under test, with no unknown flag, and the parsed values equal the spec.
+
+The operator's render package imports neither kopf nor kubernetes (an import-linter contract says so), so it runs
+in this venv with the repository's `operator/` directory on `sys.path`. Every example is rendered for the release it
+names, and for the other supported release too when the spec is valid there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import sglang_version
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "operator"))
+
+from disaggspec.api import effective_speculative, parse_service  # noqa: E402
+from disaggspec.config import OperatorConfig  # noqa: E402
+from disaggspec.render import render  # noqa: E402
+from disaggspec.validation import validate  # noqa: E402
+
+VERSION = sglang_version()
+LAUNCH = ["python3", "-m", "sglang.launch_server"]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "operator" / "tests" / "golden").glob("*/input.yaml"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    # exit_on_error=False turns an unknown flag into an exception instead of SystemExit.
+    parser = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+PARSER = _parser()
+DESTS = {option: action.dest for action in PARSER._actions for option in action.option_strings}
+
+
+def _services() -> list[tuple[str, Any]]:
+    """(case id, parsed service) for every example renderable on the release under test."""
+    cases = []
+    for path in EXAMPLES:
+        obj = yaml.safe_load(path.read_text())
+        obj["metadata"]["namespace"] = "conformance"
+        obj = copy.deepcopy(obj)
+        obj["spec"]["sglang"]["version"] = VERSION
+        service = parse_service(obj)
+        if validate(service):
+            continue  # the spec uses a feature this release lacks; the rule table rejects it, nothing to render
+        cases.append((f"{path.parent.name if path.name == 'input.yaml' else path.stem}", service))
+    return cases
+
+
+CASES = _services()
+
+
+def _value(parsed: argparse.Namespace, flag: str) -> Any:
+    return getattr(parsed, DESTS[flag])
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+@pytest.mark.parametrize(("case", "service"), CASES, ids=[c for c, _ in CASES])
+def test_rendered_command_parses_and_matches_the_spec(case: str, service: Any, role: str) -> None:
+    manifests = render(service, OperatorConfig())
+    deployment = next(m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith(role))
+    argv = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[:3] == LAUNCH
+    parsed, unknown = PARSER.parse_known_args(argv[3:])
+    assert unknown == [], f"flags sglang {VERSION} does not know: {unknown}"
+
+    spec = service.spec
+    pool = spec.prefill if role == "prefill" else spec.decode
+    eff = effective_speculative(spec, role)
+    assert _value(parsed, "--model-path") == spec.model.path
+    assert _value(parsed, "--tp-size") == pool.tensor_parallel_size
+    assert _value(parsed, "--disaggregation-mode") == role
+    assert _value(parsed, "--disaggregation-bootstrap-port") == spec.transfer.bootstrap_port
+    assert _value(parsed, "--disaggregation-transfer-backend") == spec.transfer.backend
+    assert _value(parsed, "--page-size") == spec.engine.page_size
+    assert _value(parsed, "--kv-cache-dtype") == spec.engine.kv_cache_dtype
+    assert _value(parsed, "--speculative-algorithm") == eff.algorithm
+    assert _value(parsed, "--speculative-num-steps") == eff.num_steps
+    assert _value(parsed, "--speculative-eagle-topk") == eff.eagle_topk
+    assert _value(parsed, "--speculative-num-draft-tokens") == eff.num_draft_tokens
+    assert _value(parsed, "--speculative-draft-model-path") == (eff.draft_model.path if eff.draft_model else None)
+    assert _value(parsed, "--enable-metrics") is True
+    if spec.transfer.rdma is not None and (spec.transfer.rdma.ib_devices or spec.transfer.rdma.ib_devices_per_gpu):
+        assert _value(parsed, "--disaggregation-ib-device")
+    if "--enable-multi-layer-eagle" in DESTS:
+        assert _value(parsed, "--enable-multi-layer-eagle") == eff.multi_layer
+
+
+def test_every_example_renders_on_at_least_its_own_release() -> None:
+    own = [p for p in EXAMPLES if yaml.safe_load(p.read_text())["spec"]["sglang"]["version"] == VERSION]
+    ids = {c for c, _ in CASES}
+    for path in own:
+        assert (path.parent.name if path.name == "input.yaml" else path.stem) in ids
