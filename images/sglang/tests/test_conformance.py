@@ -29,7 +29,8 @@ from disaggspec.validation import validate  # noqa: E402
 
 VERSION = sglang_version()
 LAUNCH = ["python3", "-m", "sglang.launch_server"]
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "operator" / "tests" / "golden").glob("*/input.yaml"))
+GOLDEN = REPO / "operator" / "tests" / "golden"
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted(GOLDEN.glob("*/input.yaml"))
 
 
 def _parser() -> argparse.ArgumentParser:
