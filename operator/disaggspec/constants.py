@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
-GROUP: Final = "disaggspec.io"
-VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
-KIND: Final = "DisaggSpecService"
-PLURAL: Final = "disaggspecservices"
+# The API's coordinates are defined once, with the models.
+from disaggspec.api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+__all__ = ["API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION"]
 
 FIELD_MANAGER: Final = "disaggspec-operator"
 """The one server-side-apply field manager the operator writes every child with."""

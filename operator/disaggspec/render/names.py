@@ -59,3 +59,19 @@ def metadata(service: DisaggSpecService, component: str, name: str | None = None
         "namespace": service.metadata.namespace,
         "labels": labels(service, component),
     }
+
+
+def deployment(
+    service: DisaggSpecService, component: str, fingerprint: str, replicas: int, template: dict[str, Any]
+) -> dict[str, Any]:
+    """A Deployment of `component` labelled with the fingerprint, selecting its pods by service and role."""
+    meta = metadata(service, component)
+    meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
+    spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": selector(service, component)}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {**spec, **template}}
+
+
+def pull_secrets(service: DisaggSpecService) -> dict[str, Any]:
+    """`imagePullSecrets` for a pod spec (empty when none are set)."""
+    secrets = service.spec.sglang.image_pull_secrets
+    return {"imagePullSecrets": [{"name": s.name} for s in secrets]} if secrets else {}

@@ -118,25 +118,16 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
         pod_spec["tolerations"] = list(pool_spec.tolerations)
     if pool_spec.affinity:
         pod_spec["affinity"] = pool_spec.affinity
-    if spec.sglang.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.sglang.image_pull_secrets]
+    pod_spec.update(names.pull_secrets(service))
     template_metadata: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:
         template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
-    meta = names.metadata(service, role)
-    meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": pool_spec.replicas,
-            "selector": {"matchLabels": names.selector(service, role)},
-            # A surge pod would need a whole extra set of GPUs that a GPU cluster rarely has idle.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": {"metadata": template_metadata, "spec": pod_spec},
-        },
+    template = {
+        # A surge pod would need a whole extra set of GPUs that a GPU cluster rarely has idle.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "template": {"metadata": template_metadata, "spec": pod_spec},
     }
+    return names.deployment(service, role, fingerprint, pool_spec.replicas, template)
 
 
 def headless_service(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:

@@ -103,23 +103,10 @@ def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: 
         "serviceAccountName": names.child_name(service, c.ROLE_ROUTER),
         "containers": [container],
     }
-    if spec.sglang.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.sglang.image_pull_secrets]
-    meta = names.metadata(service, c.ROLE_ROUTER)
-    meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": router.replicas,
-            "selector": {"matchLabels": names.selector(service, c.ROLE_ROUTER)},
-            "template": {
-                "metadata": {"labels": {**names.labels(service, c.ROLE_ROUTER), c.LABEL_FINGERPRINT: fingerprint}},
-                "spec": pod_spec,
-            },
-        },
-    }
+    pod_spec.update(names.pull_secrets(service))
+    labels = {**names.labels(service, c.ROLE_ROUTER), c.LABEL_FINGERPRINT: fingerprint}
+    template = {"template": {"metadata": {"labels": labels}, "spec": pod_spec}}
+    return names.deployment(service, c.ROLE_ROUTER, fingerprint, router.replicas, template)
 
 
 def service_(service: DisaggSpecService) -> dict[str, Any]:
