@@ -107,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--services", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--latency-samples", type=int, default=20)
+    parser.add_argument("--port-base", type=int, default=19479, help="first of the private cluster's 6 ports")
     args = parser.parse_args()
     largest = max(args.services)
     # 2 GPUs per service (prefill + decode, tp 1); 8 per node; 110 pods per node.
@@ -114,7 +115,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="disaggspec-bench-"))
     cluster = LocalCluster(work / "cluster")
     started = time.monotonic()
-    cluster.up(port_base=19379, nodes=NodeShape(count=nodes), timeout=180)
+    cluster.up(port_base=args.port_base, nodes=NodeShape(count=nodes), timeout=180)
     print(f"cluster: {nodes} kwok GPU nodes, up in {time.monotonic() - started:.1f}s")
     operator: OperatorProcess | None = None
     try:
