@@ -1,0 +1,187 @@
+"""The Helm chart on a real API server: install, the operator running as the chart's ServiceAccount, upgrade, uninstall.
+
+The operator process runs locally (the cluster's kwok nodes run no containers) with a kubeconfig holding a token of
+the chart's ServiceAccount and nothing else, so every request it makes is authorized by the chart's RBAC alone:
+reconciling an example to Ready, with the webhook registered, proves that RBAC is sufficient.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.fixtures import Cluster
+from tests.integration.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "disaggspec-operator"
+EXAMPLE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"
+RELEASE = "dss-chart"
+FULLNAME = f"{RELEASE}-disaggspec-operator"
+WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+
+
+def _json(cluster: Cluster, *args: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(cluster.kubectl(*args, "-o", "json").stdout)
+    return out
+
+
+def _manifest(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    text = cluster.helm("get", "manifest", RELEASE, "-n", namespace).stdout
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _exists(cluster: Cluster, kind: str, name: str, namespace: str | None) -> bool:
+    args = ["get", kind, name] + (["-n", namespace] if namespace else [])
+    return cluster.kubectl(*args, check=False).returncode == 0
+
+
+def _clear_foreign_webhook_configurations(cluster: Cluster) -> None:
+    """kopf (the other suites' operator) leaves an empty `disaggspec.io` configuration behind; helm would refuse to
+    adopt it."""
+    for kind in WEBHOOK_KINDS:
+        got = cluster.kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json", check=False)
+        if got.returncode == 0:
+            labels = json.loads(got.stdout)["metadata"].get("labels") or {}
+            if labels.get("app.kubernetes.io/managed-by") != "Helm":
+                cluster.kubectl("delete", kind, WEBHOOK_CONFIGURATION)
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig with the admin kubeconfig's server and CA and a bearer token of `account`, nothing else."""
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=20m").stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": server}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": account}}],
+        "current-context": "test",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def workload_namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-chart-workload-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.wait_for(
+        f"ServiceAccount default in {name}",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstalls(
+    installed_crd: Cluster, namespace: str, workload_namespace: str, tmp_path: Path
+) -> None:
+    cluster = installed_crd
+    _clear_foreign_webhook_configurations(cluster)
+    cluster.helm("install", RELEASE, str(CHART), "-n", namespace, "--wait", "--timeout=60s")
+    try:
+        # 1. Every object the chart renders exists.
+        installed = _manifest(cluster, namespace)
+        assert {o["kind"] for o in installed} >= {"ServiceAccount", "ClusterRole", "Deployment", "Service"} | (
+            CLUSTER_SCOPED
+        )
+        for obj in installed:
+            scope = None if obj["kind"] in CLUSTER_SCOPED else namespace
+            assert _exists(cluster, obj["kind"], obj["metadata"]["name"], scope), obj["kind"]
+
+        # 2. The operator as the chart's ServiceAccount: only the chart's RBAC authorizes its requests.
+        kubeconfig = service_account_kubeconfig(cluster, namespace, FULLNAME, tmp_path / "sa.kubeconfig")
+        as_operator = Cluster(kubeconfig, local=cluster.local)
+        assert as_operator.kubectl("auth", "can-i", "patch", "deployments", "-A").stdout.strip() == "yes"
+        for forbidden in (["get", "secrets"], ["get", "configmaps"], ["update", "deployments"], ["create", "pods"]):
+            assert as_operator.kubectl("auth", "can-i", *forbidden, "-A", check=False).stdout.strip() == "no"
+        log = tmp_path / "operator.log"
+        with OperatorProcess(kubeconfig, log) as operator:
+            cluster.wait_for(
+                "the operator's webhook registration (kopf's create and patch, as the ServiceAccount)",
+                lambda: (
+                    f":{operator.webhook_port}/"
+                    in cluster.kubectl(
+                        "get",
+                        "validatingwebhookconfiguration",
+                        WEBHOOK_CONFIGURATION,
+                        "-o",
+                        "jsonpath={.webhooks[*].clientConfig.url}",
+                    ).stdout
+                ),
+                timeout=30,
+            )
+            cluster.kubectl("apply", "-n", workload_namespace, "-f", str(EXAMPLE))
+            cluster.kubectl(
+                "wait", "-n", workload_namespace, "--for=condition=Ready", "dss/llama-eagle3", "--timeout=60s"
+            )
+            children = _json(cluster, "get", "deployments,services,roles,rolebindings", "-n", workload_namespace)
+            assert len(children["items"]) == 8
+        text = log.read_text(errors="replace")
+        assert "Forbidden" not in text and " 403 " not in text and "HTTP 403" not in text, operator.log_tail(80)
+
+        # 3. Upgrade with changed values: args, RBAC and webhook objects follow.
+        cluster.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            namespace,
+            "--wait",
+            "--timeout=60s",
+            "--set",
+            "logLevel=WARNING",
+            "--set",
+            "webhook.enabled=false",
+            "--set",
+            f"watchNamespaces={{{workload_namespace}}}",
+        )
+        deployment = _json(cluster, "get", "deployment", FULLNAME, "-n", namespace)
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--log-level=WARNING" in args and "--webhook=off" in args
+        assert f"--namespace={workload_namespace}" in args
+        rules = _json(cluster, "get", "clusterrole", FULLNAME)["rules"]
+        assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in rules
+        assert not any("admissionregistration.k8s.io" in r["apiGroups"] for r in rules)
+        for kind in WEBHOOK_KINDS:
+            assert not _exists(cluster, kind, WEBHOOK_CONFIGURATION, None)
+        assert not _exists(cluster, "service", f"{FULLNAME}-webhook", namespace)
+    finally:
+        # 4. Uninstall leaves nothing but the CRD (and what users created).
+        cluster.helm("uninstall", RELEASE, "-n", namespace, "--wait", "--timeout=60s", check=False)
+    for kind, name, scope in [
+        ("clusterrole", FULLNAME, None),
+        ("clusterrolebinding", FULLNAME, None),
+        *[(kind, WEBHOOK_CONFIGURATION, None) for kind in WEBHOOK_KINDS],
+        ("serviceaccount", FULLNAME, namespace),
+        ("deployment", FULLNAME, namespace),
+        ("service", f"{FULLNAME}-metrics", namespace),
+        ("service", f"{FULLNAME}-webhook", namespace),
+    ]:
+        assert not _exists(cluster, kind, name, scope), f"{kind}/{name} left behind"
+    leftovers = cluster.kubectl(
+        "get",
+        "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings",
+        "-A",
+        "-l",
+        f"app.kubernetes.io/instance={RELEASE}",
+        "-o",
+        "name",
+    ).stdout.split()
+    assert leftovers == []
+    assert _exists(cluster, "crd", "disaggspecservices.disaggspec.io", None)
+    assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
