@@ -29,6 +29,37 @@ TEST_PORT_BASE = 17379
 PORTS_PER_CLUSTER = 10
 
 
+BACKENDS = ("local", "kind-gpu")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=BACKENDS,
+        default=os.environ.get("DISAGGSPEC_E2E_BACKEND", "local"),
+        help="local: the embedded control plane with kwok GPU nodes (CI); kind-gpu: the cluster in "
+        "DISAGGSPEC_TEST_KUBECONFIG, with real GPUs and the chart's operator running in it (e2e/kind_gpu/run.sh)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    backend = config.getoption("--backend")
+    for item in items:
+        if backend == "local" and item.get_closest_marker("kind_gpu"):
+            item.add_marker(pytest.mark.skip(reason="needs real GPUs: the kind-gpu backend (e2e/kind_gpu/run.sh)"))
+        if backend == "kind-gpu" and item.get_closest_marker("local_only"):
+            item.add_marker(pytest.mark.skip(reason="needs the local backend's kwok GPU nodes"))
+
+
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The e2e backend this session runs against: `local` or `kind-gpu`."""
+    value: str = request.config.getoption("--backend")
+    if value == "kind-gpu" and not os.environ.get("DISAGGSPEC_TEST_KUBECONFIG"):
+        raise pytest.UsageError("--backend kind-gpu needs DISAGGSPEC_TEST_KUBECONFIG (e2e/kind_gpu/run.sh sets it)")
+    return value
+
+
 class CommandFailed(AssertionError):
     """A kubectl or helm call that a test expected to succeed failed."""
 

@@ -29,7 +29,7 @@ from kubernetes import config as k8s_config
 
 from disaggspec import apply
 from e2e.cluster.controlplane import LocalCluster, NodeShape
-from tests.integration.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.fixtures import Cluster
-from tests.integration.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,22 @@ import pytest
 import yaml
 
 from e2e.fixtures import Cluster
-from tests.integration.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.operator_install import (
+    CHART,
+    WEBHOOK_KINDS,
+    clear_foreign_webhook_configurations,
+    fullname,
+    service_account_kubeconfig,
+    webhook_url,
+)
+from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.workloads import example
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
-CHART = REPO / "charts" / "disaggspec-operator"
-EXAMPLE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"
+EXAMPLE = example("llama")
 RELEASE = "dss-chart"
-FULLNAME = f"{RELEASE}-disaggspec-operator"
-WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+FULLNAME = fullname(RELEASE)
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 
 
@@ -45,36 +51,6 @@ def _exists(cluster: Cluster, kind: str, name: str, namespace: str | None) -> bo
     return cluster.kubectl(*args, check=False).returncode == 0
 
 
-def _clear_foreign_webhook_configurations(cluster: Cluster) -> None:
-    """kopf (the other suites' operator) leaves an empty `disaggspec.io` configuration behind; helm would refuse to
-    adopt it."""
-    for kind in WEBHOOK_KINDS:
-        got = cluster.kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json", check=False)
-        if got.returncode == 0:
-            labels = json.loads(got.stdout)["metadata"].get("labels") or {}
-            if labels.get("app.kubernetes.io/managed-by") != "Helm":
-                cluster.kubectl("delete", kind, WEBHOOK_CONFIGURATION)
-
-
-def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig with the admin kubeconfig's server and CA and a bearer token of `account`, nothing else."""
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
-    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
-    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=20m").stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": server}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": account}}],
-        "current-context": "test",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture
 def workload_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-chart-workload-{uuid.uuid4().hex[:6]}"
@@ -91,7 +67,7 @@ def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstall
     installed_crd: Cluster, namespace: str, workload_namespace: str, tmp_path: Path
 ) -> None:
     cluster = installed_crd
-    _clear_foreign_webhook_configurations(cluster)
+    clear_foreign_webhook_configurations(cluster)
     cluster.helm("install", RELEASE, str(CHART), "-n", namespace, "--wait", "--timeout=60s")
     try:
         # 1. Every object the chart renders exists.
@@ -113,16 +89,7 @@ def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstall
         with OperatorProcess(kubeconfig, log) as operator:
             cluster.wait_for(
                 "the operator's webhook registration (kopf's create and patch, as the ServiceAccount)",
-                lambda: (
-                    f":{operator.webhook_port}/"
-                    in cluster.kubectl(
-                        "get",
-                        "validatingwebhookconfiguration",
-                        WEBHOOK_CONFIGURATION,
-                        "-o",
-                        "jsonpath={.webhooks[*].clientConfig.url}",
-                    ).stdout
-                ),
+                lambda: f":{operator.webhook_port}/" in webhook_url(cluster),
                 timeout=30,
             )
             cluster.kubectl("apply", "-n", workload_namespace, "-f", str(EXAMPLE))

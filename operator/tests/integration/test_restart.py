@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from e2e.fixtures import Cluster
-from tests.integration.operator_process import OperatorProcess
-from tests.integration.test_reconcile import EXAMPLES, _children, _get, _load, _wait_ready
+from e2e.operator_process import OperatorProcess
+from e2e.workloads import children, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
     installed_crd: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     cluster = installed_crd
-    obj = _load(next(p for p in EXAMPLES if "topk" in p.name))
+    obj = load(example("topk"))
     name = obj["metadata"]["name"]
     first = OperatorProcess(cluster.kubeconfig, tmp_path / "first.log", webhook=False).start()
     try:
@@ -29,7 +29,7 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
         # Kill it hard as soon as it has written the first child, before the pass can finish.
         try:
             cluster.wait_for(
-                "the first child", lambda: bool(_children(cluster, namespace, name)), timeout=30, interval=0.02
+                "the first child", lambda: bool(children(cluster, namespace, name)), timeout=30, interval=0.02
             )
         except AssertionError as error:
             raise AssertionError(f"{error}\noperator log:\n{first.log_tail()}") from None
@@ -37,13 +37,13 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
         first.stop(kill=True)
     second = OperatorProcess(cluster.kubeconfig, tmp_path / "second.log", webhook=False).start()
     try:
-        _wait_ready(cluster, namespace, name)
-        children = _children(cluster, namespace, name)
-        assert len(children) == 9
-        assert len({(o["kind"], o["metadata"]["name"]) for o in children}) == 9
-        replica_sets = _get(cluster, namespace, "replicasets", "-l", f"disaggspec.io/service={name}")["items"]
+        wait_ready(cluster, namespace, name)
+        owned = children(cluster, namespace, name)
+        assert len(owned) == 9
+        assert len({(o["kind"], o["metadata"]["name"]) for o in owned}) == 9
+        replica_sets = get(cluster, namespace, "replicasets", "-l", f"disaggspec.io/service={name}")["items"]
         assert len(replica_sets) == 3, [r["metadata"]["name"] for r in replica_sets]
-        for child in children:
+        for child in owned:
             owners = child["metadata"]["ownerReferences"]
             assert len(owners) == 1 and owners[0]["controller"] is True and owners[0]["name"] == name
     finally:

@@ -1,4 +1,8 @@
-"""Runs the real operator (`python -m disaggspec`) as a subprocess against the test cluster, for integration tests."""
+"""Runs the real operator (`python -m disaggspec`) as a local subprocess against a cluster, for the test suites.
+
+On the local backend the kwok nodes run no containers, so the operator the chart deploys never starts: the suites run
+this process instead, with the admin kubeconfig or (e2e) a token of the chart's ServiceAccount.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 WEBHOOK_CONFIGURATION = "disaggspec.io"
 
 

@@ -1,0 +1,112 @@
+"""The operator as users get it: the Helm chart, installed per e2e backend, and its ServiceAccount's credentials.
+
+- `local`: `helm install` the chart, then run the operator process on this host (the kwok nodes run no containers)
+  with a kubeconfig that holds only a token of the chart's ServiceAccount, so the chart's RBAC alone authorizes it.
+- `kind-gpu`: the chart and its operator image were installed by `e2e/kind_gpu/run.sh`; wait for its Deployment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from e2e.fixtures import Cluster
+from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "disaggspec-operator"
+CHART_NAME = "disaggspec-operator"
+WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+KIND_GPU_RELEASE = "disaggspec"
+KIND_GPU_NAMESPACE = "disaggspec-system"
+
+
+def fullname(release: str) -> str:
+    return f"{release}-{CHART_NAME}"
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig with the admin kubeconfig's server and CA and a bearer token of `account`, nothing else."""
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=60m").stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": server}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": account}}],
+        "current-context": "test",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def clear_foreign_webhook_configurations(cluster: Cluster) -> None:
+    """kopf (a suite's directly-run operator) leaves an empty `disaggspec.io` configuration behind; helm would refuse
+    to adopt it."""
+    for kind in WEBHOOK_KINDS:
+        got = cluster.kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json", check=False)
+        if got.returncode == 0:
+            labels = json.loads(got.stdout)["metadata"].get("labels") or {}
+            if labels.get("app.kubernetes.io/managed-by") != "Helm":
+                cluster.kubectl("delete", kind, WEBHOOK_CONFIGURATION)
+
+
+def webhook_url(cluster: Cluster) -> str:
+    return cluster.kubectl(
+        "get",
+        "validatingwebhookconfiguration",
+        WEBHOOK_CONFIGURATION,
+        "-o",
+        "jsonpath={.webhooks[*].clientConfig.url}",
+        check=False,
+    ).stdout
+
+
+@dataclass(frozen=True)
+class InstalledOperator:
+    """Where the chart's release lives, and the local operator process when the backend runs one."""
+
+    release: str
+    namespace: str
+    process: OperatorProcess | None
+
+    @property
+    def service_account(self) -> str:
+        return fullname(self.release)
+
+
+@contextmanager
+def installed_operator(cluster: Cluster, backend: str, namespace: str, work: Path) -> Iterator[InstalledOperator]:
+    """The chart's operator, serving and watching, for the duration of the block (local: uninstalled afterwards)."""
+    if backend == "kind-gpu":
+        cluster.kubectl(
+            "rollout", "status", f"deployment/{fullname(KIND_GPU_RELEASE)}", "-n", KIND_GPU_NAMESPACE, "--timeout=300s"
+        )
+        yield InstalledOperator(KIND_GPU_RELEASE, KIND_GPU_NAMESPACE, None)
+        return
+    release = "dss-e2e"
+    clear_foreign_webhook_configurations(cluster)
+    cluster.helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout=90s")
+    try:
+        kubeconfig = service_account_kubeconfig(cluster, namespace, fullname(release), work / "operator.kubeconfig")
+        with OperatorProcess(kubeconfig, work / "operator.log") as process:
+            try:
+                cluster.wait_for(
+                    "the operator's webhook registration",
+                    lambda: f":{process.webhook_port}/" in webhook_url(cluster),
+                    timeout=30,
+                )
+                yield InstalledOperator(release, namespace, process)
+            finally:
+                print(f"operator log: {work / 'operator.log'}\n{process.log_tail(60)}")
+    finally:
+        cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout=90s", check=False)

@@ -1,0 +1,148 @@
+"""End to end, as a user meets disaggspec: the Helm chart's operator, `kubectl apply`, `kubectl wait`, edits, deletes.
+
+Runs on either backend (`--backend`, see e2e/fixtures.py). On `local` (CI) the chart is installed on the embedded
+control plane and the operator runs here as the chart's ServiceAccount; every example must reach Ready=True with its
+pods Running on the kwok GPU nodes and wired as the spec says. On `kind-gpu` the chart's in-cluster operator is used,
+and the flows that need no GPU capacity (rejections, delete) run too; the serving checks are in test_serving_gpu.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e import workloads
+from e2e.fixtures import Cluster
+from e2e.operator_install import InstalledOperator, installed_operator
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def operator(
+    installed_crd: Cluster, backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InstalledOperator]:
+    cluster = installed_crd
+    namespace = f"dss-e2e-system-{uuid.uuid4().hex[:6]}"
+    if backend == "local":
+        cluster.kubectl("create", "namespace", namespace)
+    with installed_operator(cluster, backend, namespace, tmp_path_factory.mktemp("e2e-operator")) as installed:
+        yield installed
+    if backend == "local":
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+
+
+def _apply(cluster: Cluster, namespace: str, obj: dict[str, Any], check: bool = True) -> Any:
+    return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj), check=check)
+
+
+@pytest.mark.local_only
+@pytest.mark.parametrize("path", workloads.EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_reaches_ready_with_wired_pods(
+    operator: InstalledOperator, cluster: Cluster, namespace: str, path: Path
+) -> None:
+    obj = workloads.load(path)
+    name = obj["metadata"]["name"]
+    workloads.provide_model_claim(cluster, namespace, obj)
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    workloads.wait_ready(cluster, namespace, name)
+    dss = workloads.check_service_status(cluster, namespace, obj)
+    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name)
+    workloads.check_rendered_pods(cluster, namespace, obj, dss["status"]["specFingerprint"])
+    printed = cluster.kubectl("get", "dss", name, "-n", namespace).stdout
+    assert "True" in printed.splitlines()[1], printed  # the Ready printer column
+
+
+@pytest.mark.local_only
+def test_editing_the_draft_rolls_both_pools_and_the_router_follows(
+    operator: InstalledOperator, cluster: Cluster, namespace: str
+) -> None:
+    obj = workloads.load(workloads.example("topk"))
+    name = obj["metadata"]["name"]
+    _apply(cluster, namespace, obj)
+    workloads.wait_ready(cluster, namespace, name)
+    before = workloads.get(cluster, namespace, "dss", name)["status"]["specFingerprint"]
+    generations = {
+        role: workloads.get(cluster, namespace, "deployment", f"{name}-{role}")["metadata"]["generation"]
+        for role in ("prefill", "decode")
+    }
+    obj["spec"]["speculative"]["numDraftTokens"] += 2
+    obj["spec"]["decode"]["replicas"] = 2
+    _apply(cluster, namespace, obj)
+    cluster.wait_for(
+        "a new fingerprint in status",
+        lambda: workloads.get(cluster, namespace, "dss", name)["status"].get("specFingerprint") not in (None, before),
+    )
+    workloads.wait_ready(cluster, namespace, name)
+    dss = workloads.get(cluster, namespace, "dss", name)
+    after = dss["status"]["specFingerprint"]
+    assert dss["status"]["decode"]["readyReplicas"] == 2
+    for role in ("prefill", "decode"):
+        deployment = workloads.get(cluster, namespace, "deployment", f"{name}-{role}")
+        assert deployment["metadata"]["generation"] > generations[role]
+        assert deployment["spec"]["template"]["metadata"]["labels"]["disaggspec.io/spec-fingerprint"] == after
+        command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert command[command.index("--speculative-num-draft-tokens") + 1] == str(
+            obj["spec"]["speculative"]["numDraftTokens"]
+        )
+    router = workloads.get(cluster, namespace, "deployment", f"{name}-router")
+    assert f"disaggspec.io/spec-fingerprint={after}" in router["spec"]["template"]["spec"]["containers"][0]["command"]
+    # Every pod left is of the new spec: the old ReplicaSets scaled to zero.
+    workloads.check_rendered_pods(cluster, namespace, obj, after)
+
+
+def test_deleting_a_service_garbage_collects_every_child(
+    operator: InstalledOperator, cluster: Cluster, namespace: str
+) -> None:
+    obj = workloads.load(workloads.example("llama"))
+    name = obj["metadata"]["name"]
+    _apply(cluster, namespace, obj)
+    # No Ready wait: on kind-gpu the 8B model may still be loading; what matters is that all children exist.
+    cluster.wait_for(
+        "every child applied",
+        lambda: workloads.child_names(cluster, namespace, name) == workloads.expected_children(name),
+        timeout=60,
+    )
+    cluster.kubectl("delete", "dss", name, "-n", namespace, "--wait=true")
+    cluster.wait_for(
+        "children and pods garbage-collected",
+        lambda: not workloads.children(cluster, namespace, name) and not workloads.pods(cluster, namespace, name),
+        timeout=120,
+    )
+
+
+def test_a_mismatched_pair_is_rejected_at_apply_naming_the_field_and_the_fix(
+    operator: InstalledOperator, cluster: Cluster, namespace: str
+) -> None:
+    obj = workloads.load(workloads.example("llama"))
+    mismatched = copy.deepcopy(obj)
+    mismatched["spec"]["decode"]["speculative"] = {"eagleTopk": 4, "numDraftTokens": 8}
+    result = _apply(cluster, namespace, mismatched, check=False)
+    assert result.returncode != 0
+    assert "spec.decode.speculative" in result.stderr, result.stderr
+    assert "eagleTopk" in result.stderr, result.stderr
+    assert "remove" in result.stderr.lower() or "set" in result.stderr.lower(), result.stderr
+    assert cluster.kubectl("get", "dss", "-n", namespace, "-o", "name").stdout.strip() == ""
+    assert workloads.children(cluster, namespace, obj["metadata"]["name"]) == []
+
+
+def test_an_unknown_sglang_flag_is_rejected_at_apply_by_the_webhook(
+    operator: InstalledOperator, cluster: Cluster, namespace: str
+) -> None:
+    obj = workloads.load(workloads.example("llama"))
+    obj["spec"]["decode"]["extraArgs"] = ["--no-such-sglang-flag"]
+    result = _apply(cluster, namespace, obj, check=False)
+    assert result.returncode != 0
+    assert "admission webhook" in result.stderr, result.stderr
+    assert "[pool-extra-args-known]" in result.stderr, result.stderr
+    assert "spec.decode.extraArgs[0]" in result.stderr, result.stderr
+    assert cluster.kubectl("get", "dss", "-n", namespace, "-o", "name").stdout.strip() == ""
+    if operator.process is not None:
+        metrics = operator.process.metrics()
+        assert 'disaggspec_rule_rejections_total{rule="pool-extra-args-known",source="admission"}' in metrics

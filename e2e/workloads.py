@@ -1,0 +1,155 @@
+"""What the suites read and check on a cluster: examples, DisaggSpecServices, their children and rendered pods.
+
+Shared by the operator's integration tests and the end-to-end suite so both assert the same contract: the nine
+children a service owns, and the wiring of every prefill/decode pod (disaggregation mode, bootstrap port and
+annotation, fingerprint label, GPU and RDMA resources, IPC_LOCK without privileged, Multus networks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.fixtures import Cluster
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings"
+DEFAULT_BOOTSTRAP_PORT = 8998
+DEFAULT_ROUTER_PORT = 30000
+
+
+def example(fragment: str) -> Path:
+    """The one example whose file name contains `fragment`."""
+    found = [p for p in EXAMPLES if fragment in p.name]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} examples match {fragment!r}: {[p.name for p in EXAMPLES]}")
+    return found[0]
+
+
+def load(path: Path) -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load(path.read_text())
+    return obj
+
+
+def get(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(cluster.kubectl("get", *what, "-n", namespace, "-o", "json").stdout)
+    return out
+
+
+def wait_ready(cluster: Cluster, namespace: str, name: str, timeout: int = 90) -> None:
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", f"dss/{name}", f"--timeout={timeout}s")
+
+
+def children(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(cluster, namespace, CHILD_KINDS, "-l", f"disaggspec.io/service={name}")["items"]
+    return items
+
+
+def pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(cluster, namespace, "pods", "-l", f"disaggspec.io/service={name}")["items"]
+    return items
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in obj["status"]["conditions"] if c["type"] == type_)
+    return found
+
+
+def expected_children(name: str) -> list[str]:
+    """`Kind/name` of everything the operator creates for service `name`, sorted."""
+    return sorted(
+        [f"Deployment/{name}-{r}" for r in ("prefill", "decode", "router")]
+        + [f"Service/{name}-{r}" for r in ("prefill", "decode", "router")]
+        + [f"{k}/{name}-router" for k in ("ServiceAccount", "Role", "RoleBinding")]
+    )
+
+
+def child_names(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, namespace, name))
+
+
+def provide_model_claim(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> None:
+    """Create the PersistentVolume and claim an example's model volume names (statically bound, no provisioner)."""
+    claim = ((obj["spec"]["model"].get("volume") or {}).get("persistentVolumeClaim") or {}).get("claimName")
+    if not claim:
+        return
+    volume = f"{namespace}-{claim}"[:63]
+    manifests = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "hostPath": {"path": "/models"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Ti"}},
+            },
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
+
+
+def check_service_status(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Assert a Ready service's status (generation observed, consistent spec, endpoint) and return it."""
+    name = obj["metadata"]["name"]
+    dss = get(cluster, namespace, "dss", name)
+    assert dss["status"]["observedGeneration"] == dss["metadata"]["generation"]
+    assert condition(dss, "SpecConfigConsistent")["status"] == "True"
+    port = obj["spec"].get("router", {}).get("port", DEFAULT_ROUTER_PORT)
+    assert dss["status"]["endpoint"] == f"http://{name}-router.{namespace}.svc:{port}"
+    return dss
+
+
+def check_rendered_pods(
+    cluster: Cluster, namespace: str, obj: dict[str, Any], fingerprint: str, node_prefix: str | None = "gpu-node-"
+) -> list[dict[str, Any]]:
+    """Assert the wiring of every pod of service `obj` (see the module docstring); return the pods."""
+    name = obj["metadata"]["name"]
+    found = pods(cluster, namespace, name)
+    assert {p["metadata"]["labels"]["disaggspec.io/role"] for p in found} == {"prefill", "decode", "router"}
+    transfer = obj["spec"].get("transfer", {})
+    bootstrap = str(transfer.get("bootstrapPort", DEFAULT_BOOTSTRAP_PORT))
+    for pod in found:
+        role = pod["metadata"]["labels"]["disaggspec.io/role"]
+        where = f"pod {pod['metadata']['name']} ({role})"
+        if node_prefix is not None:
+            assert pod["spec"]["nodeName"].startswith(node_prefix), where
+        assert pod["status"]["phase"] == "Running", where
+        container = pod["spec"]["containers"][0]
+        if role == "prefill":
+            assert pod["metadata"]["annotations"]["sglang.ai/bootstrap-port"] == bootstrap, where
+            assert {"name": "bootstrap", "containerPort": int(bootstrap), "protocol": "TCP"} in container["ports"]
+        if role == "router":
+            continue
+        command = container["command"]
+        assert command[command.index("--disaggregation-mode") + 1] == role, where
+        assert command[command.index("--disaggregation-bootstrap-port") + 1] == bootstrap, where
+        assert pod["metadata"]["labels"]["disaggspec.io/spec-fingerprint"] == fingerprint, where
+        assert container["securityContext"].get("privileged") is False, where
+        assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1, where
+        rdma = transfer.get("rdma")
+        if rdma:
+            assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"], where
+            for resource, count in rdma.get("resources", {}).items():
+                assert str(container["resources"]["limits"][resource]) == str(count), where
+            if rdma.get("networks"):
+                annotation = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+                assert annotation == ",".join(rdma["networks"]), where
+    return found
