@@ -1,10 +1,12 @@
 """`make demo`: the main job on the embedded local cluster, narrated; `make demo-down` stops it.
 
-Brings up the local control plane (building its binaries on first use), installs the CRD, starts the operator as a
-background process with its admission webhook, applies the EAGLE3 example, waits for Ready, prints the service, its
-children and the rendered prefill/decode SGLang command lines, then applies two bad specs and prints how each is
-rejected: a prefill/decode mismatch (CEL, in the CRD) and an unknown SGLang flag (the operator's webhook). The cluster
-and the operator keep running for exploration until `make demo-down`.
+Brings up the local control plane (building its binaries on first use), `helm install`s the operator chart (its CRD,
+ServiceAccount, least-privilege RBAC, Services and webhook configuration), starts the operator as a background process
+with a token of the chart's ServiceAccount (the kwok nodes run no containers, so the chart's own Deployment never
+starts; the process gets exactly the chart's permissions), applies the EAGLE3 example, waits for Ready, prints the
+service, its children and the rendered prefill/decode SGLang command lines, then applies two bad specs and prints how
+each is rejected: a prefill/decode mismatch (CEL, in the CRD) and an unknown SGLang flag (the operator's webhook). The
+cluster and the operator keep running for exploration until `make demo-down`.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from typing import Any
 import yaml
 
 from e2e.cluster.controlplane import ClusterError, LocalCluster, port_free
+from e2e.kube import Cluster, CommandFailed
+from e2e.operator_install import CHART, fullname, service_account_kubeconfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / ".state" / "demo"
 NAMESPACE = "demo"
 EXAMPLE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"
-CRD = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+RELEASE = "disaggspec"
+OPERATOR_NAMESPACE = "disaggspec-system"
 METRICS_PORT = 18080
 WEBHOOK_PORT = 18443
 
@@ -99,23 +104,33 @@ def up() -> None:
     state = cluster.up()
     show(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,topology.kubernetes.io/zone"))
 
-    say("2. the DisaggSpecService CRD")
-    show(cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD)))
-    for _ in range(300):
-        established = cluster.kubectl(
-            "get",
-            "crd",
-            "disaggspecservices.disaggspec.io",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type=='Established')].status}",
-            check=False,
+    say(f"2. helm install {RELEASE} {CHART.relative_to(REPO)} (the CRD, RBAC, Services, webhook configuration)")
+    client = Cluster(state.kubeconfig, local=True)
+    show(
+        client.helm(
+            "upgrade", "--install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace", "--wait"
         )
-        if established.stdout.strip() == "True":
-            break
-        time.sleep(0.1)
+    )
+    show(
+        client.kubectl(
+            "get",
+            "serviceaccount,clusterrole,clusterrolebinding,service",
+            "-A",
+            "-l",
+            f"app.kubernetes.io/instance={RELEASE}",
+        )
+    )
+    client.wait_for(
+        "disaggspecservices to be served",
+        lambda: client.kubectl("get", "disaggspecservices", "-A", check=False).returncode == 0,
+    )
 
-    say("3. the operator (a local process here; `helm install` in a real cluster)")
-    start_operator(state.kubeconfig)
+    say(f"3. the operator: a local process here, as the chart's ServiceAccount {fullname(RELEASE)}")
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    token_kubeconfig = service_account_kubeconfig(
+        client, OPERATOR_NAMESPACE, fullname(RELEASE), DEMO_DIR / "operator.kubeconfig", duration="720h"
+    )
+    start_operator(token_kubeconfig)
     _wait_webhook(cluster)
 
     say(f"4. apply {EXAMPLE.relative_to(REPO)}: Llama-3.1-8B-Instruct + EAGLE3 draft, prefill and decode pools")
@@ -173,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         up() if args.command == "up" else down()
-    except ClusterError as error:
+    except (ClusterError, CommandFailed) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

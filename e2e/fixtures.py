@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from e2e.cluster import build
 from e2e.cluster.controlplane import LocalCluster, port_free
+from e2e.kube import Cluster, CommandFailed
+
+__all__ = ["Cluster", "CommandFailed"]
 
 STATE_ROOT = Path(__file__).resolve().parents[1] / ".state"
 TEST_PORT_BASE = 17379
@@ -58,58 +56,6 @@ def backend(request: pytest.FixtureRequest) -> str:
     if value == "kind-gpu" and not os.environ.get("DISAGGSPEC_TEST_KUBECONFIG"):
         raise pytest.UsageError("--backend kind-gpu needs DISAGGSPEC_TEST_KUBECONFIG (e2e/kind_gpu/run.sh sets it)")
     return value
-
-
-class CommandFailed(AssertionError):
-    """A kubectl or helm call that a test expected to succeed failed."""
-
-
-def _binary(component: build.Component, name: str) -> str:
-    if component.is_built():
-        return str(component.path(name))
-    found = shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} not found: run `make cluster-build` or put it on PATH")
-    return found
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """A handle on the cluster under test: its kubeconfig and kubectl/helm bound to it."""
-
-    kubeconfig: Path
-    local: bool
-
-    def _run(self, argv: list[str], input: str | None, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env)
-        if check and result.returncode != 0:
-            raise CommandFailed(
-                f"{' '.join(argv)} exited {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
-            )
-        return result
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        argv = [_binary(build.KUBERNETES, "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
-        return self._run(argv, input, check, timeout)
-
-    def helm(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
-    ) -> subprocess.CompletedProcess[str]:
-        argv = [_binary(build.HELM, "helm"), "--kubeconfig", str(self.kubeconfig), *args]
-        return self._run(argv, input, check, timeout)
-
-    def wait_for(self, description: str, predicate: object, timeout: float = 60, interval: float = 0.25) -> None:
-        """Poll `predicate()` until it is truthy; fail naming `description` when it never is."""
-        assert callable(predicate)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
 
 
 def _clear_abandoned_test_clusters() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.fixtures import Cluster
+from e2e.kube import Cluster
 from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,12 +30,14 @@ def fullname(release: str) -> str:
     return f"{release}-{CHART_NAME}"
 
 
-def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+def service_account_kubeconfig(
+    cluster: Cluster, namespace: str, account: str, path: Path, duration: str = "60m"
+) -> Path:
     """A kubeconfig with the admin kubeconfig's server and CA and a bearer token of `account`, nothing else."""
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
-    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=60m").stdout.strip()
+    token = cluster.kubectl("create", "token", account, "-n", namespace, f"--duration={duration}").stdout.strip()
     config = {
         "apiVersion": "v1",
         "kind": "Config",

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from e2e.fixtures import Cluster
+from e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -1,0 +1,68 @@
+"""A handle on one cluster: its kubeconfig, and kubectl and helm bound to it (the binaries `make cluster-build` built).
+
+Used by the test suites (through e2e/fixtures.py) and by `make demo`; it raises `CommandFailed` (an AssertionError, so
+pytest reports it as a failure with the command's output) when a call that had to succeed did not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.cluster import build
+
+
+class CommandFailed(AssertionError):
+    """A kubectl or helm call that a test expected to succeed failed."""
+
+
+def _binary(component: build.Component, name: str) -> str:
+    if component.is_built():
+        return str(component.path(name))
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found: run `make cluster-build` or put it on PATH")
+    return found
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A handle on the cluster under test: its kubeconfig and kubectl/helm bound to it."""
+
+    kubeconfig: Path
+    local: bool
+
+    def _run(self, argv: list[str], input: str | None, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+        if check and result.returncode != 0:
+            raise CommandFailed(
+                f"{' '.join(argv)} exited {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+            )
+        return result
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [_binary(build.KUBERNETES, "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        return self._run(argv, input, check, timeout)
+
+    def helm(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [_binary(build.HELM, "helm"), "--kubeconfig", str(self.kubeconfig), *args]
+        return self._run(argv, input, check, timeout)
+
+    def wait_for(self, description: str, predicate: object, timeout: float = 60, interval: float = 0.25) -> None:
+        """Poll `predicate()` until it is truthy; fail naming `description` when it never is."""
+        assert callable(predicate)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
