@@ -28,11 +28,19 @@ def free_port() -> int:
 class OperatorProcess:
     """The operator with its webhook on 127.0.0.1 (the API server runs on this host), logging to a file."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, webhook: bool = True, extra_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        webhook: bool = True,
+        extra_env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
+    ):
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.webhook = webhook
         self.extra_env = extra_env or {}
+        self.extra_args = extra_args or []
         self.metrics_port = free_port()
         self.webhook_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,6 +66,7 @@ class OperatorProcess:
             ]
         else:
             args += ["--webhook", "off"]
+        args += self.extra_args
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": str(REPO / "operator"), **self.extra_env}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)

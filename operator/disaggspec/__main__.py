@@ -11,12 +11,13 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from disaggspec import apply, config, handlers, metrics, webhook_certs
+from disaggspec import apply, cert_reload, config, handlers, metrics, webhook_certs
 from disaggspec.reconcile import Reconciler
 
 
@@ -41,6 +42,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--webhook-cert", default=None, help="TLS cert file (default: kopf self-signs one)")
     parser.add_argument("--webhook-key", default=None, help="TLS key file")
+    parser.add_argument(
+        "--webhook-ca",
+        default=None,
+        help="CA bundle the API server verifies the webhook with (cert-manager's ca.crt); default: the certificate",
+    )
+    parser.add_argument(
+        "--cert-check-seconds",
+        type=float,
+        default=60.0,
+        help="with --webhook-cert: how often to check the mounted files; a change restarts the operator",
+    )
     parser.add_argument("--log-level", default=os.environ.get("DISAGGSPEC_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
 
@@ -56,11 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     client = apply.Client(_api_client())
     handlers.RUNTIME.reconciler = Reconciler(client, settings, client.post_event)
     if args.webhook == "on":
-        cert, key = args.webhook_cert, args.webhook_key
+        cert, key, ca = args.webhook_cert, args.webhook_key, args.webhook_ca
         if cert is None and args.webhook_host:
             cert, key = (str(p) for p in webhook_certs.self_signed(args.webhook_host))
+        elif cert is not None:
+            mounted = [Path(p) for p in (cert, key, ca) if p]
+            cert_reload.CertificateWatcher(mounted, interval=args.cert_check_seconds).start()
+        if ca is not None and not Path(ca).is_file():
+            # Some issuers publish no ca.crt; the served chain then doubles as the bundle (kopf's default).
+            logging.getLogger(__name__).warning("--webhook-ca %s does not exist: using the certificate as CA", ca)
+            ca = None
         handlers.enable_webhook(
-            handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key)
+            handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
         )
     metrics.serve(args.metrics_addr, args.metrics_port)
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces)

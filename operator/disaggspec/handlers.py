@@ -41,6 +41,7 @@ class WebhookOptions:
     host: str | None
     certfile: str | None = None
     pkeyfile: str | None = None
+    cafile: str | None = None
 
 
 @dataclass
@@ -93,6 +94,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             host=options.host,
             certfile=options.certfile,
             pkeyfile=options.pkeyfile,
+            cafile=options.cafile,
         )
         settings.admission.managed = c.GROUP
 

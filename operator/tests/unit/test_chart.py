@@ -138,13 +138,15 @@ def test_helm_lint_strict() -> None:
         ("webhook.enabled=false",),
         ("watchNamespaces={team-a,team-b}", "logLevel=DEBUG"),
         ("metrics.serviceMonitor.enabled=true",),
+        ("webhook.certManager.enabled=true",),
     ],
-    ids=["defaults", "no-webhook", "namespaces", "service-monitor"],
+    ids=["defaults", "no-webhook", "namespaces", "service-monitor", "cert-manager"],
 )
 def test_rendered_built_in_kinds_conform_to_the_kubernetes_schema(sets: tuple[str, ...], tmp_path: Path) -> None:
     objs = template(*sets)
     built_in = [o for o in objs if _group(o["apiVersion"]) in BUILT_IN_GROUPS]
-    assert [o["kind"] for o in objs if o not in built_in] in ([], ["ServiceMonitor"])
+    others = sorted(o["kind"] for o in objs if o not in built_in)
+    assert others in ([], ["ServiceMonitor"], ["Certificate", "Certificate", "Issuer", "Issuer"])
     manifest = tmp_path / "rendered.yaml"
     manifest.write_text(yaml.safe_dump_all(built_in))
     result = subprocess.run(
@@ -273,7 +275,59 @@ def test_webhook_off_renders_no_webhook_objects() -> None:
     assert [s["metadata"]["name"] for s in by_kind(objs, "Service")] == ["rel-disaggspec-operator-metrics"]
 
 
-@pytest.mark.parametrize("bad", ["logLevel=LOUD", "nosuchkey=1", "watchNamespaces={Bad_Name}", "webhook.port=80"])
+def test_cert_manager_certificate_is_mounted_and_served() -> None:
+    objs = template("webhook.certManager.enabled=true")
+    certificates = {c["metadata"]["name"]: c for c in by_kind(objs, "Certificate")}
+    serving = certificates["rel-disaggspec-operator-webhook"]["spec"]
+    assert serving["dnsNames"][0] == "rel-disaggspec-operator-webhook.disaggspec-system.svc"
+    assert serving["issuerRef"] == {"name": "rel-disaggspec-operator-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    assert certificates["rel-disaggspec-operator-ca"]["spec"]["isCA"] is True
+    issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(objs, "Issuer")}
+    assert issuers == {
+        "rel-disaggspec-operator-selfsigned": {"selfSigned": {}},
+        "rel-disaggspec-operator-ca": {"ca": {"secretName": "rel-disaggspec-operator-ca"}},
+    }
+    container = _container(objs)
+    for flag, file in (("cert", "tls.crt"), ("key", "tls.key"), ("ca", "ca.crt")):
+        assert f"--webhook-{flag}=/etc/disaggspec/webhook/{file}" in container["args"]
+    assert {"name": "webhook-cert", "mountPath": "/etc/disaggspec/webhook", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    volumes = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-cert", "secret": {"secretName": serving["secretName"], "defaultMode": 0o440}} in volumes
+    # The kubelet mounts the Secret: the operator's RBAC still grants no access to Secrets.
+    assert granted(one(objs, "ClusterRole")) == granted(one(template(), "ClusterRole"))
+
+
+def test_cert_manager_with_an_existing_issuer_creates_no_ca() -> None:
+    objs = template(
+        "webhook.certManager.enabled=true",
+        "webhook.certManager.issuerRef.name=corp-ca",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+        "webhook.certManager.issuerRef.group=cert-manager.io",
+    )
+    assert not by_kind(objs, "Issuer")
+    (certificate,) = by_kind(objs, "Certificate")
+    assert certificate["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_cert_manager_needs_the_webhook() -> None:
+    objs = template("webhook.enabled=false", "webhook.certManager.enabled=true")
+    assert not by_kind(objs, "Certificate") and not by_kind(objs, "Issuer")
+    assert not any(a.startswith("--webhook-cert") for a in _container(objs)["args"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "logLevel=LOUD",
+        "nosuchkey=1",
+        "watchNamespaces={Bad_Name}",
+        "webhook.port=80",
+        "webhook.certManager.issuerRef.kind=Vault",
+        "webhook.certManager.duration=90d",
+    ],
+)
 def test_schema_rejects_bad_values(bad: str) -> None:
     result = helm("template", "rel", str(CHART), "--set", bad, check=False)
     assert result.returncode != 0

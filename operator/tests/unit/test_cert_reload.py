@@ -1,0 +1,46 @@
+"""The webhook certificate watcher: a renewed certificate restarts the operator, an unchanged one never does."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from disaggspec.cert_reload import CertificateWatcher, fingerprint
+
+
+def _files(tmp_path: Path) -> list[Path]:
+    paths = [tmp_path / name for name in ("tls.crt", "tls.key", "ca.crt")]
+    for path in paths:
+        path.write_text(f"old {path.name}")
+    return paths
+
+
+def test_fingerprint_changes_with_content_and_with_a_file_appearing(tmp_path: Path) -> None:
+    paths = _files(tmp_path)
+    before = fingerprint(paths)
+    assert fingerprint(paths) == before
+    paths[1].write_text("new key")
+    assert fingerprint(paths) != before
+    missing = [tmp_path / "ca.crt", tmp_path / "absent"]
+    without = fingerprint(missing)
+    (tmp_path / "absent").write_text("")
+    assert fingerprint(missing) == without  # an empty file reads like a missing one; content is what matters
+    (tmp_path / "absent").write_text("x")
+    assert fingerprint(missing) != without
+
+
+def test_a_renewed_certificate_calls_on_change_once(tmp_path: Path) -> None:
+    paths = _files(tmp_path)
+    fired = threading.Event()
+    calls: list[int] = []
+
+    def on_change() -> None:
+        calls.append(1)
+        fired.set()
+
+    watcher = CertificateWatcher(paths, interval=0.02, on_change=on_change).start()
+    assert not fired.wait(0.2)  # unchanged files: no restart
+    paths[0].write_text("renewed certificate")
+    assert fired.wait(5)
+    watcher.stop()
+    assert calls == [1]
