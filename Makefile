@@ -37,11 +37,13 @@ cluster-status: venv ## show the local control plane's processes and nodes
 cluster-kubeconfig: venv ## print the admin kubeconfig path (last line)
 	@$(PY) -m e2e.cluster kubeconfig
 
-generate: venv ## regenerate the CRD (crds/ and the chart's copy) from the API models
+generate: venv ## regenerate the CRD (crds/ and the chart's copy) and README's API reference and rule table
 	$(PY) -m disaggspec.api.crd
+	$(PY) -m disaggspec.api.docs
 
-verify: venv ## fail when a generated file (CRD, chart CRD copy) differs from what `make generate` writes
+verify: venv ## fail when a generated file (CRD, chart CRD copy, README blocks) differs from what `make generate` writes
 	$(PY) -m disaggspec.api.crd --check
+	$(PY) -m disaggspec.api.docs --check
 
 lint: venv ## ruff, ruff format --check, mypy, import-linter layer contracts
 	$(VENV)/bin/ruff check .

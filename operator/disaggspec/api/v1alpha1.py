@@ -373,7 +373,11 @@ class EnvVar(SpecModel):
     """An environment variable of the SGLang container."""
 
     name: str = Field(
-        min_length=1, max_length=_MAX_NAME, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+        min_length=1,
+        max_length=_MAX_NAME,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name. Names the operator sets from typed fields (SGLANG_ENABLE_DISAGG_SAMPLING_MASK, "
+        "MC_GID_INDEX, NCCL_IB_GID_INDEX, and HF_TOKEN with model.hfTokenSecretRef) are rejected.",
     )
     value: str | None = Field(default=None, max_length=_MAX_ARG, description="Literal value.")
     value_from: FreeForm | None = Field(
@@ -464,10 +468,17 @@ class DisaggSpecServiceSpec(SpecModel):
 class Condition(StatusModel):
     """One observation of the service's state (Ready, SpecConfigConsistent, Progressing, Degraded)."""
 
-    type: str = Field(max_length=316, description="Condition type.")
+    type: str = Field(
+        max_length=316, description="Condition type: Ready, SpecConfigConsistent, Progressing or Degraded."
+    )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str | None = Field(default=None, max_length=1024, description="CamelCase reason of the last change.")
-    message: str | None = Field(default=None, max_length=32768, description="Human-readable details.")
+    message: str | None = Field(
+        default=None,
+        max_length=32768,
+        description="Human-readable details; with SpecConfigConsistent=False every failing rule as "
+        "[rule] field: message.",
+    )
     last_transition_time: str | None = Field(
         default=None, description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"}
     )
