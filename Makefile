@@ -71,3 +71,6 @@ demo-down: venv ## stop the demo's operator and local cluster
 	$(PY) -m e2e.demo down
 
 e2e-local: test ## alias: the end-to-end suites on the local control plane
+
+e2e-kind-gpu: venv ## kind + real NVIDIA GPUs: cluster, images, chart, GPU serving suite (DRY_RUN=1 prints the steps; not run in CI)
+	bash e2e/kind_gpu/run.sh all
