@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -90,10 +91,11 @@ class InstalledOperator:
 def installed_operator(cluster: Cluster, backend: str, namespace: str, work: Path) -> Iterator[InstalledOperator]:
     """The chart's operator, serving and watching, for the duration of the block (local: uninstalled afterwards)."""
     if backend == "kind-gpu":
-        cluster.kubectl(
-            "rollout", "status", f"deployment/{fullname(KIND_GPU_RELEASE)}", "-n", KIND_GPU_NAMESPACE, "--timeout=300s"
-        )
-        yield InstalledOperator(KIND_GPU_RELEASE, KIND_GPU_NAMESPACE, None)
+        # run.sh exports where it installed the chart.
+        where = os.environ.get("E2E_OPERATOR_NAMESPACE", KIND_GPU_NAMESPACE)
+        deployment = os.environ.get("E2E_OPERATOR_DEPLOYMENT", fullname(KIND_GPU_RELEASE))
+        cluster.kubectl("rollout", "status", f"deployment/{deployment}", "-n", where, "--timeout=300s")
+        yield InstalledOperator(KIND_GPU_RELEASE, where, None)
         return
     release = "dss-e2e"
     clear_foreign_webhook_configurations(cluster)

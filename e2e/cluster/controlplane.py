@@ -29,6 +29,8 @@ import yaml
 from e2e.cluster import build, pki
 
 LOOPBACK = "127.0.0.1"
+CLIENT_QPS = 5000
+CLIENT_BURST = 10000
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 STATE_FILE = "cluster.json"
@@ -408,6 +410,11 @@ class LocalCluster:
                 "--leader-elect=false",
                 # Each controller acts as its own ServiceAccount with the bootstrap RBAC roles, as kubeadm does.
                 "--use-service-account-credentials=true",
+                # kwok nodes make the control plane, not kubelets, the limit: the default client-side throttle (20
+                # QPS per controller) would turn 1,500 fake pods into minutes of waiting in the controller-manager
+                # itself. kwokctl lifts it the same way; the API server keeps its own flow control.
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -424,6 +431,8 @@ class LocalCluster:
                 f"--secure-port={p.scheduler}",
                 f"--cert-dir={d / 'scheduler-certs'}",
                 "--leader-elect=false",
+                f"--kube-api-qps={CLIENT_QPS}",  # as for the controller-manager (deprecated, still honoured)
+                f"--kube-api-burst={CLIENT_BURST}",
                 "--profiling=false",
                 "--v=1",
             ],

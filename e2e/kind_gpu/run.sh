@@ -284,7 +284,7 @@ test_step() {
   "$python" -m e2e.kind_gpu.manifest settings
   export E2E_OPERATOR_NAMESPACE=$operator_namespace E2E_OPERATOR_DEPLOYMENT=$operator_deployment
   run env "DISAGGSPEC_TEST_KUBECONFIG=$kubeconfig" "E2E_SGLANG_IMAGE=$E2E_SGLANG_IMAGE" \
-    "$python" -m pytest e2e/tests/test_serving_gpu.py --backend kind-gpu -v
+    "$python" -m pytest e2e/tests/test_user_flows.py e2e/tests/test_serving_gpu.py --backend kind-gpu -v
 }
 
 down() {

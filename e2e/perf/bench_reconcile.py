@@ -20,12 +20,15 @@ import json
 import re
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 
 from disaggspec import apply
 from e2e.cluster.controlplane import LocalCluster, NodeShape
@@ -43,6 +46,15 @@ def service(name: str) -> dict[str, Any]:
     obj: dict[str, Any] = yaml.safe_load(TEMPLATE.read_text())
     obj["metadata"] = {"name": name, "namespace": NAMESPACE}
     return obj
+
+
+def expected_children(name: str) -> list[str]:
+    roles = ("prefill", "decode", "router")
+    return (
+        [f"Deployment/{name}-{r}" for r in roles]
+        + [f"Service/{name}-{r}" for r in roles]
+        + [f"{kind}/{name}-router" for kind in ("ServiceAccount", "Role", "RoleBinding")]
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -78,6 +90,60 @@ def rss_mib(process: OperatorProcess) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class ChildWatch:
+    """Watches every owned kind in the namespace and records when each child first appeared (monotonic seconds).
+
+    A watch sees an object the moment the API server commits it; polling with LISTs would add its own delay and
+    load the API server being measured.
+    """
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        core, apps, rbac = k8s.CoreV1Api(api), k8s.AppsV1Api(api), k8s.RbacAuthorizationV1Api(api)
+        self.listers = [
+            apps.list_namespaced_deployment,
+            core.list_namespaced_service,
+            core.list_namespaced_service_account,
+            rbac.list_namespaced_role,
+            rbac.list_namespaced_role_binding,
+        ]
+        self.seen: dict[str, float] = {}
+        self.stopped = False
+        self.lock = threading.Condition()
+        self.watches = [k8s_watch.Watch() for _ in self.listers]  # type: ignore[no-untyped-call]
+
+    def start(self) -> ChildWatch:
+        for lister, watch in zip(self.listers, self.watches, strict=True):
+            threading.Thread(target=self._run, args=(lister, watch), daemon=True).start()
+        time.sleep(1)  # let every stream open before the first sample
+        return self
+
+    def _run(self, lister: Any, watch: Any) -> None:
+        try:
+            for event in watch.stream(lister, NAMESPACE, timeout_seconds=3600):
+                obj = event["object"]
+                key = f"{obj.kind}/{obj.metadata.name}"
+                with self.lock:
+                    self.seen.setdefault(key, time.monotonic())
+                    self.lock.notify_all()
+        except Exception:  # stop() closes the stream under the reader; nothing to report then
+            if not self.stopped:
+                raise
+
+    def wait_all(self, keys: list[str], timeout: float = 30) -> float:
+        """The time the last of `keys` appeared."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while not all(k in self.seen for k in keys):
+                if not self.lock.wait(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"children missing after {timeout}s: {[k for k in keys if k not in self.seen]}")
+            return max(self.seen[k] for k in keys)
+
+    def stop(self) -> None:
+        self.stopped = True
+        for watch in self.watches:
+            watch.stop()  # type: ignore[no-untyped-call]
 
 
 def ready_count(cluster: LocalCluster, prefix: str) -> int:
@@ -125,18 +191,20 @@ def main() -> None:
         state = cluster.require_state()
         operator = OperatorProcess(state.kubeconfig, work / "operator.log", webhook=False).start()
 
-        api = apply.Client(k8s_config.new_client_from_config(config_file=str(state.kubeconfig)))  # type: ignore[no-untyped-call]
+        raw = k8s_config.new_client_from_config(config_file=str(state.kubeconfig))  # type: ignore[no-untyped-call]
+        api = apply.Client(raw)
         collection = apply.SERVICE_RESOURCE.collection(NAMESPACE)
+        watcher = ChildWatch(raw).start()
         latencies = []
         for i in range(args.latency_samples):
             name = f"lat-{i}"
             t0 = time.monotonic()
             api.request("POST", collection, body=service(name))
-            while len(apply.list_children(api, NAMESPACE, name)) < 9:
-                time.sleep(0.02)  # a tighter loop would load the API server it measures
-            latencies.append((time.monotonic() - t0) * 1000)
+            latencies.append((watcher.wait_all(expected_children(name)) - t0) * 1000)
+            time.sleep(0.5)  # one service at a time: let the previous one's rollout events settle
+        watcher.stop()
         print(
-            f"apply -> all children applied (one service; create request to the 9th child listed): "
+            f"apply -> all children applied (one service; create request sent to the 9th child seen by a watch): "
             f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms "
             f"over {len(latencies)} samples"
         )

@@ -415,7 +415,7 @@ def test_dry_run_all_prints_every_step_with_resolved_values(tmp_path: Path) -> N
         # test
         "(validated by the operator rules)",
         f"+ env DISAGGSPEC_TEST_KUBECONFIG={state}/kubeconfig",
-        "-m pytest e2e/tests/test_serving_gpu.py --backend kind-gpu",
+        "-m pytest e2e/tests/test_user_flows.py e2e/tests/test_serving_gpu.py --backend kind-gpu",
     ]
     missing = [line for line in expected if line not in out]
     assert not missing, f"missing from the dry run: {missing}\n--- output:\n{out}"
