@@ -15,6 +15,7 @@ operator (webhook off: this measures reconcile, not admission) and measures:
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import json
 import re
@@ -62,9 +63,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def apiserver_writes(cluster: LocalCluster) -> int:
+def apiserver_writes(cluster: LocalCluster) -> collections.Counter[str]:
+    """Write requests the API server has served to the owned kinds, by `verb resource[/subresource]`."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
-    total = 0
+    total: collections.Counter[str] = collections.Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
@@ -72,8 +74,17 @@ def apiserver_writes(cluster: LocalCluster) -> int:
         if labels.get("resource") in OWNED and labels.get("verb") in WRITE_VERBS:
             if labels.get("resource") == "deployments" and labels.get("subresource") == "status":
                 continue  # the Deployment controller's own status writes
-            total += int(float(line.rsplit(" ", 1)[1]))
+            key = f"{labels['verb']} {labels['resource']}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
+            total[key] += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def owned_children(cluster: LocalCluster) -> int:
+    kinds = "deployments,services,serviceaccounts,roles,rolebindings"
+    names = cluster.kubectl("get", kinds, "-n", NAMESPACE, "-l", "disaggspec.io/service", "-o", "name").stdout
+    return len(names.split())
 
 
 def operator_writes(process: OperatorProcess) -> int:
@@ -238,6 +249,11 @@ def main() -> None:
         print(f"operator RSS with {largest} services converged: {rss_mib(operator):.0f} MiB")
         time.sleep(5)
         operator.stop()
+        # The garbage collector may still be deleting the children of services deleted earlier: wait until only
+        # the converged services' children are left, so the baseline counts nobody's writes but the operator's.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and owned_children(cluster) != 9 * largest:
+            time.sleep(1)
         before_api = apiserver_writes(cluster)
         operator = OperatorProcess(state.kubeconfig, work / "operator-resync.log", webhook=False).start()
         # The restarted operator lists every service and reconciles each once; wait until that has settled.
@@ -253,7 +269,8 @@ def main() -> None:
         time.sleep(5)
         print(
             f"no-op resync of {largest} services ({passes} passes): operator writes {operator_writes(operator)}, "
-            f"API server writes to owned kinds {apiserver_writes(cluster) - before_api}"
+            f"API server writes to owned kinds {sum((apiserver_writes(cluster) - before_api).values())} "
+            f"{dict(apiserver_writes(cluster) - before_api)}"
         )
         print(f"operator RSS after the resync: {rss_mib(operator):.0f} MiB")
         print(json.dumps({"log": str(work / "operator.log")}))

@@ -181,13 +181,15 @@ class Client:
         self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
-# Children are applied in two waves, each in parallel: first everything a pod needs to exist (the router's identity
-# and RBAC, the Services), then the Deployments. A pass then costs two round trips of latency instead of nine.
+# Children are applied in one parallel wave: a pass costs one round trip of latency instead of nine (or two, when the
+# Deployments waited for the rest: apply -> all children measured p50 103 ms that way, 56-69 ms in one wave). Ordering
+# bought nothing: a router pod is created two watch hops after its Deployment (Deployment -> ReplicaSet -> Pod), by
+# which time its ServiceAccount exists; if it ever did not, the ReplicaSet controller retries the pod. Kept as a tuple
+# of waves so an ordering that matters can be expressed again.
 _APPLY_WAVES: tuple[frozenset[str], ...] = (
-    frozenset({SERVICE_ACCOUNT.kind, ROLE.kind, ROLE_BINDING.kind, SERVICE.kind}),
-    frozenset({DEPLOYMENT.kind}),
+    frozenset({SERVICE_ACCOUNT.kind, ROLE.kind, ROLE_BINDING.kind, SERVICE.kind, DEPLOYMENT.kind}),
 )
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")
 
 
 def sync(

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.fixtures import Cluster
+from e2e.operator_install import webhook_url
 from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 
@@ -17,15 +18,7 @@ def operator(installed_crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -
     process = OperatorProcess(installed_crd.kubeconfig, log).start()
 
     def webhook_points_at_us() -> bool:
-        got = installed_crd.kubectl(
-            "get",
-            "validatingwebhookconfiguration",
-            WEBHOOK_CONFIGURATION,
-            "-o",
-            "jsonpath={.webhooks[*].clientConfig.url}",
-            check=False,
-        )
-        return f":{process.webhook_port}/" in got.stdout
+        return f":{process.webhook_port}/" in webhook_url(installed_crd)
 
     try:
         installed_crd.wait_for("the operator's webhook registration", webhook_points_at_us, timeout=30)
