@@ -18,6 +18,7 @@ import argparse
 import collections
 import concurrent.futures
 import json
+import os
 import re
 import statistics
 import tempfile
@@ -157,6 +158,19 @@ class ChildWatch:
             watch.stop()  # type: ignore[no-untyped-call]
 
 
+def cpu_seconds(cluster: LocalCluster, operator: OperatorProcess) -> dict[str, float]:
+    """User + system CPU seconds so far of each control-plane process and of the operator."""
+    pids = dict(cluster.require_state().pids)
+    assert operator.proc is not None
+    pids["operator"] = operator.proc.pid
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
 def ready_count(cluster: LocalCluster, prefix: str) -> int:
     out = cluster.kubectl(
         "get",
@@ -230,6 +244,7 @@ def main() -> None:
         for count in sorted(args.services):
             prefix = f"s{count}-"
             names = [f"{prefix}{i}" for i in range(count)]
+            cpu_before = cpu_seconds(cluster, operator)
             t0 = time.monotonic()
             create_many(cluster, names)
             created = time.monotonic() - t0
@@ -241,6 +256,12 @@ def main() -> None:
             print(
                 f"{count} services: all Ready {time.monotonic() - t0:.1f} s after the first create "
                 f"(creating took {created:.1f} s)"
+            )
+            used = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(cluster, operator).items()}
+            print(
+                "  CPU seconds meanwhile: "
+                + ", ".join(f"{k} {v:.0f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]))
+                + f" (wall {time.monotonic() - t0:.0f} s x {os.cpu_count()} cores)"
             )
             if count != largest:
                 cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s")

@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from disaggspec import apply, metrics
+from disaggspec import apply, childcache, metrics
 from disaggspec import constants as c
 from disaggspec.api import parse_service
 from disaggspec.reconcile import ChildrenFn, Reconciler, schema_violations
@@ -30,6 +30,9 @@ log = logging.getLogger("disaggspec.handlers")
 
 WORKERS = 4
 """Reconcile worker threads (each pass is mostly waiting on the API server)."""
+
+LIST_CHUNK_SIZE = 200
+"""Objects per page of the initial LIST of each watched kind."""
 
 
 @dataclass
@@ -85,6 +88,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Our own Events say what matters; kopf's per-handler INFO events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # The initial listing comes in pages: a restart with thousands of children never holds them all as dicts at once.
+    settings.watching.chunk_size = LIST_CHUNK_SIZE
     QUEUE.start(WORKERS)
     options = RUNTIME.webhook
     if options is not None:
@@ -110,20 +115,17 @@ def _children_from(indexes: Mapping[str, Any]) -> ChildrenFn:
     def children(namespace: str, name: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for kind in apply.OWNED_KINDS:
-            out.extend(indexes[_index_id(kind)].get((namespace, name), []))
+            out.extend(childcache.unpack(packed) for packed in indexes[_index_id(kind)].get((namespace, name), []))
         return out
 
     return children
 
 
-def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tuple[str, str], bytes] | None:
     owner = _owner_name(body)
     if owner is None or namespace is None:
         return None
-    child = _plain(body)
-    # managedFields is often the largest part of an object and drift checks never read it: not worth the memory.
-    child["metadata"].pop("managedFields", None)
-    return {(namespace, owner): child}
+    return {(namespace, owner): childcache.pack(dict(body))}
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

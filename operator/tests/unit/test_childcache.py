@@ -1,0 +1,57 @@
+"""childcache: a packed child unpacks to the same object minus managedFields, smaller than the dict it came from."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from disaggspec.childcache import pack, unpack
+from disaggspec.drift import needs_apply, with_applied_hash
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama-3.1-8b-eagle3" / "expected.yaml"
+
+
+def _live_deployment() -> dict[str, Any]:
+    rendered = next(d for d in yaml.safe_load_all(GOLDEN.read_text()) if d["kind"] == "Deployment")
+    live = with_applied_hash(rendered)
+    live["metadata"].update(uid="u-1", resourceVersion="42")
+    live["metadata"]["managedFields"] = [{"manager": "disaggspec", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+    live["status"] = {"replicas": 1, "readyReplicas": 1, "observedGeneration": 3}
+    return live
+
+
+def _deep_size(obj: Any) -> int:
+    if isinstance(obj, dict):
+        return sys.getsizeof(obj) + sum(_deep_size(k) + _deep_size(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return sys.getsizeof(obj) + sum(_deep_size(v) for v in obj)
+    return sys.getsizeof(obj)
+
+
+def test_round_trip_drops_only_managed_fields_and_leaves_the_input_alone() -> None:
+    live = _live_deployment()
+    before = copy.deepcopy(live)
+    restored = unpack(pack(live))
+    assert live == before
+    expected = copy.deepcopy(live)
+    del expected["metadata"]["managedFields"]
+    assert restored == expected
+
+
+def test_unpacked_child_still_matches_its_render_and_is_a_fresh_copy() -> None:
+    rendered = next(d for d in yaml.safe_load_all(GOLDEN.read_text()) if d["kind"] == "Deployment")
+    packed = pack(_live_deployment())
+    first = unpack(packed)
+    assert not needs_apply(with_applied_hash(rendered), first)
+    first["spec"]["replicas"] = 7
+    assert unpack(packed)["spec"]["replicas"] == rendered["spec"]["replicas"]
+    assert needs_apply(with_applied_hash(rendered), first)
+
+
+def test_packed_child_is_a_small_fraction_of_the_dict() -> None:
+    live = _live_deployment()
+    assert len(pack(live)) * 5 < _deep_size(live)
