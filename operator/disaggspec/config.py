@@ -42,10 +42,17 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         if env.get(key):
             tags[version] = env[key]
     namespaces = tuple(ns.strip() for ns in env.get("DISAGGSPEC_NAMESPACES", "").split(",") if ns.strip())
+    resync = env.get("DISAGGSPEC_RESYNC_SECONDS", "300")
+    try:
+        resync_seconds = float(resync)
+    except ValueError:
+        resync_seconds = 0.0
+    if not resync_seconds > 0:
+        raise ValueError(f"DISAGGSPEC_RESYNC_SECONDS must be a positive number of seconds, not {resync!r}")
     return OperatorConfig(
         image_repository=env.get("DISAGGSPEC_SGLANG_REPOSITORY", DEFAULT_IMAGE_REPOSITORY),
         image_tags=tags,
         router_image=env.get("DISAGGSPEC_ROUTER_IMAGE", ""),
         namespaces=namespaces,
-        resync_seconds=float(env.get("DISAGGSPEC_RESYNC_SECONDS", "300")),
+        resync_seconds=resync_seconds,
     )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -54,6 +55,13 @@ class Runtime:
     reconciler: Reconciler | None = None
     webhook: WebhookOptions | None = None
     indexes: Mapping[str, Any] | None = None
+    services: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, name) of every service seen and not deleted: what the periodic resync re-queues."""
+    services_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def known_services(self) -> list[tuple[str, str]]:
+        with self.services_lock:
+            return sorted(self.services)
 
 
 RUNTIME = Runtime()
@@ -91,6 +99,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # The initial listing comes in pages: a restart with thousands of children never holds them all as dicts at once.
     settings.watching.chunk_size = LIST_CHUNK_SIZE
     QUEUE.start(WORKERS)
+    QUEUE.resync_every(_reconciler().config.resync_seconds, RUNTIME.known_services)
     options = RUNTIME.webhook
     if options is not None:
         settings.admission.server = kopf.WebhookServer(
@@ -132,6 +141,11 @@ def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tu
 def on_service_event(*, type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
     if namespace is None:
         return
+    with RUNTIME.services_lock:
+        if type == "DELETED":
+            RUNTIME.services.discard((namespace, name))
+        else:
+            RUNTIME.services.add((namespace, name))
     if type == "DELETED":
         _reconciler().forget(namespace, name)
         return

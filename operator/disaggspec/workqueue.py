@@ -3,7 +3,8 @@
 Every watch event of a service or of one of its children only *marks* the service dirty. A key that is already
 waiting is not queued twice, and a key that is being processed is queued again once, after the pass in hand, so a
 burst of events (a Deployment's status moving through its rollout, say) collapses into one or two passes, and no key
-is ever processed by two workers at once. Failed keys come back after a backoff.
+is ever processed by two workers at once. Failed keys come back after a backoff, and `resync_every` re-adds every
+known key on a period, so drift no watch event reports (a lost event, a change the watch missed) is still repaired.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 log = logging.getLogger("disaggspec.workqueue")
 
@@ -45,6 +46,19 @@ class WorkQueue:
         timer = threading.Timer(delay, self.add, args=(key,))
         timer.daemon = True
         timer.start()
+
+    def resync_every(self, period: float, keys: Callable[[], Iterable[Hashable]]) -> None:
+        """Every `period` seconds, add each key `keys()` returns (already waiting ones are not queued twice)."""
+
+        def loop() -> None:
+            while True:
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._stopped, timeout=period):
+                        return
+                for key in keys():
+                    self.add(key)
+
+        threading.Thread(target=loop, name="resync", daemon=True).start()
 
     def start(self, workers: int) -> None:
         for index in range(workers):

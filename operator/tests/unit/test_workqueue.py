@@ -61,3 +61,20 @@ def test_a_failing_key_is_retried_with_backoff() -> None:
     queue.stop()
     assert attempts[1] - attempts[0] >= 0.05
     assert attempts[2] - attempts[1] >= 0.1
+
+
+def test_resync_re_adds_every_known_key_each_period_until_stopped() -> None:
+    processed: list[Hashable] = []
+    known = ["x", "y"]
+    queue = WorkQueue(processed.append)
+    queue.start(1)
+    queue.resync_every(0.05, lambda: list(known))
+    _wait(lambda: processed.count("x") >= 3 and processed.count("y") >= 3)
+    known.remove("y")
+    seen_y = processed.count("y")
+    _wait(lambda: processed.count("x") >= seen_y + 6)
+    queue.stop()
+    assert processed.count("y") <= seen_y + 1  # at most the round already in flight
+    after_stop = len(processed)
+    time.sleep(0.2)
+    assert len(processed) == after_stop

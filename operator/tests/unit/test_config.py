@@ -1,0 +1,35 @@
+"""config.from_env: DISAGGSPEC_* variables override the defaults; a resync period that is not positive is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from disaggspec.config import DEFAULT_IMAGE_TAGS, from_env
+
+
+def test_defaults_without_variables() -> None:
+    config = from_env({})
+    assert config.resync_seconds == 300.0
+    assert config.namespaces == ()
+    assert dict(config.image_tags) == dict(DEFAULT_IMAGE_TAGS)
+
+
+def test_variables_override_the_defaults() -> None:
+    config = from_env(
+        {
+            "DISAGGSPEC_RESYNC_SECONDS": "2.5",
+            "DISAGGSPEC_NAMESPACES": "a, b,",
+            "DISAGGSPEC_SGLANG_TAG_0_5_23": "custom",
+            "DISAGGSPEC_SGLANG_REPOSITORY": "mirror/sglang",
+        }
+    )
+    assert config.resync_seconds == 2.5
+    assert config.namespaces == ("a", "b")
+    assert config.sglang_image("0.5.23") == "mirror/sglang:custom"
+    assert config.sglang_image("0.5.2") == f"mirror/sglang:{DEFAULT_IMAGE_TAGS['0.5.2']}"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "nan", ""])
+def test_a_resync_period_that_is_not_positive_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="DISAGGSPEC_RESYNC_SECONDS must be a positive number of seconds"):
+        from_env({"DISAGGSPEC_RESYNC_SECONDS": value})
