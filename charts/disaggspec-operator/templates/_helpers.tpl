@@ -11,6 +11,11 @@
 {{- default (include "disaggspec.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The ClusterRole of everything inside a watched namespace (bound per namespace, or cluster-wide). */}}
+{{- define "disaggspec.workloadsRole" -}}
+{{- printf "%s-workloads" (include "disaggspec.fullname" .) -}}
+{{- end -}}
+
 {{- define "disaggspec.webhookService" -}}
 {{- printf "%s-webhook" (include "disaggspec.fullname" .) -}}
 {{- end -}}

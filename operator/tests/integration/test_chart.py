@@ -127,12 +127,41 @@ def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstall
         for kind in WEBHOOK_KINDS:
             assert not _exists(cluster, kind, WEBHOOK_CONFIGURATION, None)
         assert not _exists(cluster, "service", f"{FULLNAME}-webhook", namespace)
+
+        # 4. Namespaced: workload rights only inside the watched namespace, and they are enough to reconcile there.
+        assert not _exists(cluster, "clusterrolebinding", f"{FULLNAME}-workloads", None)
+        assert _exists(cluster, "rolebinding", f"{FULLNAME}-workloads", workload_namespace)
+        can = as_operator.kubectl
+        assert can("auth", "can-i", "patch", "deployments", "-n", workload_namespace).stdout.strip() == "yes"
+        for elsewhere in (["-n", namespace], ["-A"]):
+            for verb, resource in (("patch", "deployments"), ("list", "disaggspecservices"), ("list", "pods")):
+                answer = can("auth", "can-i", verb, resource, *elsewhere, check=False).stdout.strip()
+                assert answer == "no", (verb, resource, elsewhere)
+        log = tmp_path / "operator-namespaced.log"
+        with OperatorProcess(kubeconfig, log, webhook=False, extra_args=["--namespace", workload_namespace]):
+            router = "llama-eagle3-router"
+            uid = _json(cluster, "get", "deployment", router, "-n", workload_namespace)["metadata"]["uid"]
+            cluster.kubectl("delete", "deployment", router, "-n", workload_namespace, "--wait=true")
+
+            def recreated() -> bool:
+                live = cluster.kubectl("get", "deployment", router, "-n", workload_namespace, "-o", "json", check=False)
+                return live.returncode == 0 and json.loads(live.stdout)["metadata"]["uid"] != uid
+
+            cluster.wait_for("the router Deployment recreated by the namespaced operator", recreated, timeout=30)
+            cluster.kubectl(
+                "wait", "-n", workload_namespace, "--for=condition=Ready", "dss/llama-eagle3", "--timeout=60s"
+            )
+        text = log.read_text(errors="replace")
+        assert "Forbidden" not in text and " 403 " not in text and "HTTP 403" not in text, text[-4000:]
     finally:
-        # 4. Uninstall leaves nothing but the CRD (and what users created).
+        # 5. Uninstall leaves nothing but the CRD (and what users created).
         cluster.helm("uninstall", RELEASE, "-n", namespace, "--wait", "--timeout=60s", check=False)
     for kind, name, scope in [
         ("clusterrole", FULLNAME, None),
         ("clusterrolebinding", FULLNAME, None),
+        ("clusterrole", f"{FULLNAME}-workloads", None),
+        ("clusterrolebinding", f"{FULLNAME}-workloads", None),
+        ("rolebinding", f"{FULLNAME}-workloads", workload_namespace),
         *[(kind, WEBHOOK_CONFIGURATION, None) for kind in WEBHOOK_KINDS],
         ("serviceaccount", FULLNAME, namespace),
         ("deployment", FULLNAME, namespace),

@@ -2,7 +2,7 @@
 
 The RBAC check derives what the operator needs from the code (`disaggspec.apply.OWNED_KINDS`, the kinds `render`
 produces and the permissions of the router Role it renders) plus kopf's documented needs, and fails both when the
-ClusterRole misses one and when it grants anything more.
+chart's bindings miss one and when they grant anything more, cluster-wide and in each watched namespace.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def router_role_permissions() -> set[tuple[str, str, str]]:
     return perms
 
 
-def required(webhook: bool = True, namespaces: bool = False) -> set[Rule]:
-    """Every request the operator makes, with its reason (the chart README has the same table)."""
+def required_in_namespace() -> set[Rule]:
+    """Every request the operator makes inside a watched namespace, with its reason (the chart README has the table)."""
     need: set[Rule] = set()
     # The custom resource: kopf lists/watches it; reconcile GETs one; one status patch per pass; blockOwnerDeletion.
     need |= {("disaggspec.io", "disaggspecservices", v, "") for v in ("get", "list", "watch")}
@@ -115,8 +115,13 @@ def required(webhook: bool = True, namespaces: bool = False) -> set[Rule]:
     need |= {(g, r, v, "") for g, r, v in router_role_permissions()}
     # Events (apply.Client.post_event and kopf's posting: core/v1 both).
     need.add((_group(apply.EVENT.api_version), apply.EVENT.plural, "create", ""))
+    return need
+
+
+def required_cluster_wide(webhook: bool = True, namespaces: bool = False) -> set[Rule]:
+    """Requests on cluster-scoped resources, which no namespace list can narrow."""
     # kopf watches CRDs.
-    need |= {("apiextensions.k8s.io", "customresourcedefinitions", v, "") for v in ("list", "watch")}
+    need = {("apiextensions.k8s.io", "customresourcedefinitions", v, "") for v in ("list", "watch")}
     if webhook:
         for resource in WEBHOOK_CONFIGS:
             need.add(("admissionregistration.k8s.io", resource, "create", ""))
@@ -124,6 +129,25 @@ def required(webhook: bool = True, namespaces: bool = False) -> set[Rule]:
     if namespaces:
         need |= {("", "namespaces", v, "") for v in ("list", "watch")}
     return need
+
+
+def held(objs: list[dict[str, Any]], namespace: str | None = None) -> set[Rule]:
+    """What the chart's ServiceAccount may do cluster-wide (namespace None), or through RoleBindings in `namespace`."""
+    account = one(objs, "ServiceAccount")["metadata"]["name"]
+    roles = {role["metadata"]["name"]: granted(role) for role in by_kind(objs, "ClusterRole")}
+    kind = "ClusterRoleBinding" if namespace is None else "RoleBinding"
+    out: set[Rule] = set()
+    for binding in by_kind(objs, kind):
+        if namespace is not None and binding["metadata"]["namespace"] != namespace:
+            continue
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": binding["roleRef"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "disaggspec-system"}]
+        out |= roles[binding["roleRef"]["name"]]
+    return out
 
 
 def test_helm_lint_strict() -> None:
@@ -165,6 +189,8 @@ def test_default_render_has_every_object() -> None:
             "ServiceAccount/rel-disaggspec-operator",
             "ClusterRole/rel-disaggspec-operator",
             "ClusterRoleBinding/rel-disaggspec-operator",
+            "ClusterRole/rel-disaggspec-operator-workloads",
+            "ClusterRoleBinding/rel-disaggspec-operator-workloads",
             "Deployment/rel-disaggspec-operator",
             "Service/rel-disaggspec-operator-metrics",
             "Service/rel-disaggspec-operator-webhook",
@@ -182,26 +208,28 @@ def test_service_monitor_is_opt_in() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sets", "webhook", "namespaces"),
-    [((), True, False), (("webhook.enabled=false",), False, False), (("watchNamespaces={a,b}",), True, True)],
-    ids=["defaults", "no-webhook", "namespaces"],
+    ("sets", "webhook"), [((), True), (("webhook.enabled=false",), False)], ids=["defaults", "no-webhook"]
 )
-def test_cluster_role_grants_exactly_what_the_operator_uses(
-    sets: tuple[str, ...], webhook: bool, namespaces: bool
-) -> None:
+def test_cluster_wide_operator_holds_exactly_what_it_uses(sets: tuple[str, ...], webhook: bool) -> None:
     objs = template(*sets)
-    have = granted(one(objs, "ClusterRole"))
-    want = required(webhook=webhook, namespaces=namespaces)
+    have = held(objs)
+    want = required_cluster_wide(webhook=webhook) | required_in_namespace()
     assert not want - have, f"missing: {sorted(want - have)}"
     assert not have - want, f"granted beyond what the operator uses: {sorted(have - want)}"
-    assert not any("*" in part for rule in have for part in rule)
-    assert not any(resource in ("secrets", "configmaps") for _, resource, _, _ in have)
-    binding = one(objs, "ClusterRoleBinding")
-    account = one(objs, "ServiceAccount")
-    assert binding["roleRef"]["name"] == one(objs, "ClusterRole")["metadata"]["name"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "disaggspec-system"}
-    ]
+    assert not by_kind(objs, "RoleBinding")
+    everything = set().union(*(granted(role) for role in by_kind(objs, "ClusterRole")))
+    assert not any("*" in part for rule in everything for part in rule)
+    assert not any(resource in ("secrets", "configmaps") for _, resource, _, _ in everything)
+
+
+def test_namespaced_operator_holds_workload_rights_only_in_its_namespaces() -> None:
+    objs = template("watchNamespaces={team-a,team-b}")
+    assert held(objs) == required_cluster_wide(namespaces=True)
+    for namespace in ("team-a", "team-b"):
+        assert held(objs, namespace) == required_in_namespace()
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")) == ["team-a", "team-b"]
+    # Nothing namespaced is granted cluster-wide: another namespace's Deployments are out of reach.
+    assert not any(resource in ("deployments", "pods", "disaggspecservices") for _, resource, _, _ in held(objs))
 
 
 def test_render_produces_only_owned_kinds() -> None:
@@ -296,7 +324,7 @@ def test_cert_manager_certificate_is_mounted_and_served() -> None:
     volumes = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "webhook-cert", "secret": {"secretName": serving["secretName"], "defaultMode": 0o440}} in volumes
     # The kubelet mounts the Secret: the operator's RBAC still grants no access to Secrets.
-    assert granted(one(objs, "ClusterRole")) == granted(one(template(), "ClusterRole"))
+    assert held(objs) == held(template())
 
 
 def test_cert_manager_with_an_existing_issuer_creates_no_ca() -> None:
