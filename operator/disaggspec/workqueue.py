@@ -32,6 +32,7 @@ class WorkQueue:
         self._dirty: set[Hashable] = set()
         self._failures: dict[Hashable, int] = {}
         self._stopped = False
+        self._stop = threading.Event()
 
     def add(self, key: Hashable) -> None:
         with self._cond:
@@ -51,10 +52,8 @@ class WorkQueue:
         """Every `period` seconds, add each key `keys()` returns (already waiting ones are not queued twice)."""
 
         def loop() -> None:
-            while True:
-                with self._cond:
-                    if self._cond.wait_for(lambda: self._stopped, timeout=period):
-                        return
+            # Waits on its own Event: waiting on the workers' condition could swallow a notify meant for a worker.
+            while not self._stop.wait(period):
                 for key in keys():
                     self.add(key)
 
@@ -65,6 +64,7 @@ class WorkQueue:
             threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True).start()
 
     def stop(self) -> None:
+        self._stop.set()
         with self._cond:
             self._stopped = True
             self._cond.notify_all()

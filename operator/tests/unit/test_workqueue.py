@@ -78,3 +78,15 @@ def test_resync_re_adds_every_known_key_each_period_until_stopped() -> None:
     after_stop = len(processed)
     time.sleep(0.2)
     assert len(processed) == after_stop
+
+
+def test_a_waiting_resync_never_swallows_the_wake_up_of_a_worker() -> None:
+    processed: list[Hashable] = []
+    queue = WorkQueue(processed.append)
+    queue.start(1)
+    queue.resync_every(3600, list)  # waits the whole test
+    for index in range(20):
+        queue.add(index)
+        _wait(lambda i=index: i in processed, timeout=2)  # type: ignore[misc]
+    queue.stop()
+    assert processed == list(range(20))
