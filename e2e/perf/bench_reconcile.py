@@ -9,7 +9,10 @@ operator (webhook off: this measures reconcile, not admission) and measures:
   3. write requests during a no-op resync of the largest N: the operator is restarted, so it lists and reconciles
      every service again; writes are counted by the operator (`disaggspec_api_writes_total`) and by the API server
      (`apiserver_request_total` for the owned kinds, verbs other than GET/LIST/WATCH);
-  4. the operator's RSS with the largest N converged.
+  4. the operator's RSS with the largest N converged, and after the restart of step 3;
+  5. with --floor, first: the control plane alone, as a floor under figure 2: the same children of the largest N
+     services, rendered by the operator's code but applied straight to the API server by this script (16 parallel
+     requests, no operator running), and the time until every Deployment is available.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
-from disaggspec import apply
+from disaggspec import apply, render
+from disaggspec.api import parse_service
+from disaggspec.config import OperatorConfig
 from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.operator_process import OperatorProcess
 
@@ -158,17 +163,63 @@ class ChildWatch:
             watch.stop()  # type: ignore[no-untyped-call]
 
 
-def cpu_seconds(cluster: LocalCluster, operator: OperatorProcess) -> dict[str, float]:
-    """User + system CPU seconds so far of each control-plane process and of the operator."""
+def cpu_seconds(cluster: LocalCluster, operator: OperatorProcess | None) -> dict[str, float]:
+    """User + system CPU seconds so far of each control-plane process and of the operator (when running)."""
     pids = dict(cluster.require_state().pids)
-    assert operator.proc is not None
-    pids["operator"] = operator.proc.pid
+    if operator is not None and operator.proc is not None:
+        pids["operator"] = operator.proc.pid
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for name, pid in pids.items():
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
     return out
+
+
+def print_cpu(cluster: LocalCluster, operator: OperatorProcess | None, before: dict[str, float], t0: float) -> None:
+    used = {k: v - before.get(k, 0.0) for k, v in cpu_seconds(cluster, operator).items()}
+    print(
+        "  CPU seconds meanwhile: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]))
+        + f" (total {sum(used.values()):.0f}; wall {time.monotonic() - t0:.0f} s x {os.cpu_count()} cores)"
+    )
+
+
+def control_plane_floor(cluster: LocalCluster, api: apply.Client, count: int) -> None:
+    """Figure 5: the children of `count` services applied with no operator, until every Deployment is available."""
+    namespace = "floor"
+    cluster.kubectl("create", "namespace", namespace)
+    manifests = []
+    for i in range(count):
+        obj = service(f"f-{i}")
+        obj["metadata"].update(namespace=namespace, uid=f"00000000-0000-0000-0000-{i:012d}")
+        manifests += render.render(parse_service(obj), OperatorConfig())
+    before = cpu_seconds(cluster, None)
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(api.apply, manifests))
+    applied = time.monotonic() - t0
+    want = 3 * count
+    while True:
+        out = cluster.kubectl(
+            "get",
+            "deployments",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={range .items[*]}{.status.availableReplicas}{'\\n'}{end}",
+        ).stdout
+        available = sum(1 for line in out.splitlines() if line.strip() == "1")
+        if available >= want or time.monotonic() - t0 > 900:
+            break
+        time.sleep(1)
+    print(
+        f"control plane alone ({len(manifests)} children of {count} services applied by this script, no operator): "
+        f"{available}/{want} Deployments available {time.monotonic() - t0:.1f} s after the first apply "
+        f"(applying took {applied:.1f} s)"
+    )
+    print_cpu(cluster, None, before, t0)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=900s")
 
 
 def ready_count(cluster: LocalCluster, prefix: str) -> int:
@@ -199,6 +250,9 @@ def main() -> None:
     parser.add_argument("--services", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--latency-samples", type=int, default=20)
     parser.add_argument("--port-base", type=int, default=19479, help="first of the private cluster's 6 ports")
+    parser.add_argument(
+        "--floor", action="store_true", help="first measure the control plane alone with the largest N (figure 5)"
+    )
     args = parser.parse_args()
     largest = max(args.services)
     # 2 GPUs per service (prefill + decode, tp 1); 8 per node; 110 pods per node.
@@ -214,10 +268,12 @@ def main() -> None:
         time.sleep(2)
         cluster.kubectl("create", "namespace", NAMESPACE)
         state = cluster.require_state()
-        operator = OperatorProcess(state.kubeconfig, work / "operator.log", webhook=False).start()
-
         raw = k8s_config.new_client_from_config(config_file=str(state.kubeconfig))  # type: ignore[no-untyped-call]
         api = apply.Client(raw)
+        if args.floor:
+            control_plane_floor(cluster, api, largest)
+        operator = OperatorProcess(state.kubeconfig, work / "operator.log", webhook=False).start()
+
         collection = apply.SERVICE_RESOURCE.collection(NAMESPACE)
         watcher = ChildWatch(raw).start()
         latencies = []
@@ -257,12 +313,7 @@ def main() -> None:
                 f"{count} services: all Ready {time.monotonic() - t0:.1f} s after the first create "
                 f"(creating took {created:.1f} s)"
             )
-            used = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(cluster, operator).items()}
-            print(
-                "  CPU seconds meanwhile: "
-                + ", ".join(f"{k} {v:.0f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]))
-                + f" (wall {time.monotonic() - t0:.0f} s x {os.cpu_count()} cores)"
-            )
+            print_cpu(cluster, operator, cpu_before, t0)
             if count != largest:
                 cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s")
                 time.sleep(5)

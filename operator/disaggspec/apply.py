@@ -226,6 +226,33 @@ def sync(
     return result
 
 
+def fetch_unseen(
+    client: Client, desired: Iterable[dict[str, Any]], seen: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Read (GET, in parallel) each desired child that `seen` lacks; returns those that exist.
+
+    For a cache that may lag: a child it has not seen yet is unknown, not absent, and applying it blindly would be a
+    write (after a restart, thousands of them). A warm cache misses nothing and this sends no request.
+    """
+    known = {ref(obj) for obj in seen}
+    unseen = [manifest for manifest in desired if ref(manifest) not in known]
+
+    def get(manifest: dict[str, Any]) -> dict[str, Any] | None:
+        kind = KINDS_BY_NAME[(manifest["apiVersion"], manifest["kind"])]
+        path = f"{kind.collection(manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        try:
+            obj = client.request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        obj.setdefault("apiVersion", kind.api_version)
+        obj.setdefault("kind", kind.kind)
+        return obj
+
+    return [obj for obj in _POOL.map(get, unseen) if obj is not None]
+
+
 def list_children(client: Client, namespace: str, service_name: str) -> list[dict[str, Any]]:
     """Every live object of an owned kind that carries this service's labels (one LIST per kind)."""
     selector = owned_selector(service_name)

@@ -4,8 +4,10 @@ Reconcile is level-based: every event of a DisaggSpecService (including the init
 starts, which is the resume case) and every event of a child it owns marks the service dirty in a de-duplicating
 work queue; its workers run `Reconciler.reconcile`, which compares desired with actual state. Raw event handlers
 are used, not kopf's change handlers, so kopf keeps no progress annotations on the objects and a no-op pass writes
-nothing. Live children come from kopf indexes, not from LIST requests. A failed pass is retried with backoff. The
-validating webhook runs the same rule table as reconcile (`validation.validate_update` on updates).
+nothing. Live children come from a `ChildCache` fed by the children's watch events, not from LIST requests (see
+`childcache` for why not kopf's indexes). The event handlers are coroutines: they only pack a body and mark a key,
+so they run on kopf's event loop instead of a hop to its thread pool per event. A failed pass is retried with
+backoff. The validating webhook runs the same rule table as reconcile (`validation.validate_update` on updates).
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 import pydantic
 
-from disaggspec import apply, childcache, metrics
+from disaggspec import apply, metrics
 from disaggspec import constants as c
 from disaggspec.api import parse_service
-from disaggspec.reconcile import ChildrenFn, Reconciler, schema_violations
+from disaggspec.childcache import ChildCache
+from disaggspec.reconcile import Reconciler, schema_violations
 from disaggspec.validation import validate, validate_update
 from disaggspec.workqueue import WorkQueue
 
@@ -54,7 +57,7 @@ class Runtime:
 
     reconciler: Reconciler | None = None
     webhook: WebhookOptions | None = None
-    indexes: Mapping[str, Any] | None = None
+    children: ChildCache = field(default_factory=ChildCache)
     services: set[tuple[str, str]] = field(default_factory=set)
     """(namespace, name) of every service seen and not deleted: what the periodic resync re-queues."""
     services_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -75,19 +78,10 @@ def _reconciler() -> Reconciler:
 
 def _process(key: Hashable) -> None:
     assert isinstance(key, tuple)
-    namespace, name = str(key[0]), str(key[1])
-    children = _children_from(RUNTIME.indexes) if RUNTIME.indexes else None
-    _reconciler().reconcile(namespace, name, children)
+    _reconciler().reconcile(str(key[0]), str(key[1]), RUNTIME.children.children)
 
 
 QUEUE = WorkQueue(_process)
-
-
-def _enqueue(namespace: str, name: str, kwargs: Mapping[str, Any]) -> None:
-    if RUNTIME.indexes is None:
-        # kopf passes the same live Index objects to every handler: keep them for the workers.
-        RUNTIME.indexes = {k: v for k, v in kwargs.items() if k.startswith("children_")}
-    QUEUE.add((namespace, name))
 
 
 @kopf.on.startup()
@@ -113,43 +107,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.admission.managed = c.GROUP
 
 
-def _index_id(kind: apply.Kind) -> str:
-    return f"children_{kind.plural}"
-
-
-def _children_from(indexes: Mapping[str, Any]) -> ChildrenFn:
-    """Read the live children of a service from kopf's indexes (kopf fills them before any handler runs, so a
-    restarted operator sees every existing child and rewrites none)."""
-
-    def children(namespace: str, name: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for kind in apply.OWNED_KINDS:
-            out.extend(childcache.unpack(packed) for packed in indexes[_index_id(kind)].get((namespace, name), []))
-        return out
-
-    return children
-
-
-def _index_child(*, body: kopf.Body, namespace: str | None, **_: Any) -> dict[tuple[str, str], bytes] | None:
-    owner = _owner_name(body)
-    if owner is None or namespace is None:
-        return None
-    return {(namespace, owner): childcache.pack(dict(body))}
-
-
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def on_service_event(*, type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def on_service_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:
     if namespace is None:
         return
-    with RUNTIME.services_lock:
-        if type == "DELETED":
-            RUNTIME.services.discard((namespace, name))
-        else:
-            RUNTIME.services.add((namespace, name))
     if type == "DELETED":
+        with RUNTIME.services_lock:
+            RUNTIME.services.discard((namespace, name))
         _reconciler().forget(namespace, name)
         return
-    _enqueue(namespace, name, kwargs)
+    with RUNTIME.services_lock:
+        RUNTIME.services.add((namespace, name))
+    QUEUE.add((namespace, name))
 
 
 def _owner_name(body: kopf.Body) -> str | None:
@@ -159,19 +128,22 @@ def _owner_name(body: kopf.Body) -> str | None:
     return None
 
 
-def _on_child_event(*, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
+async def _on_child_event(*, type: str | None, body: kopf.Body, namespace: str | None, **_: Any) -> None:
     owner = _owner_name(body)
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    if type == "DELETED" or owner is None or namespace is None:
+        # Gone, or no longer ours (an owner reference removed by hand): the next pass recreates what is missing.
+        RUNTIME.children.remove(uid)
+    else:
+        RUNTIME.children.put((namespace, owner), dict(body))
     if owner is not None and namespace is not None:
-        _enqueue(namespace, owner, kwargs)
+        QUEUE.add((namespace, owner))
 
 
-# Every owned kind: an index (the operator's cache of its children, keyed by owner) and an event handler (a deleted
-# child is recreated, a manual edit reverted, a Deployment's progress lands in status).
+# Every owned kind: its events keep the child cache current and mark the owner dirty (a deleted child is recreated, a
+# manual edit reverted, a Deployment's progress lands in status). The initial listing arrives as events too.
 for _kind in apply.OWNED_KINDS:
     _group, _, _version = _kind.api_version.rpartition("/")
-    kopf.index(_group or "", _version, _kind.plural, labels={c.LABEL_MANAGED_BY: c.MANAGED_BY}, id=_index_id(_kind))(
-        _index_child
-    )
     kopf.on.event(
         _group or "",
         _version,

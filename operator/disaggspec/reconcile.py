@@ -4,7 +4,8 @@ Steps of `Reconciler.reconcile`:
   1. parse the object with the API models; a spec the models reject is reported like a rule violation;
   2. run the rule table; on any violation, change no child, set SpecConfigConsistent=False with the rules' messages;
   3. otherwise render the children and `apply.sync` them against the live ones (writes only what differs, prunes
-     what is no longer rendered);
+     what is no longer rendered); live children come from the watch-fed cache, and a rendered child the cache has
+     not seen yet is read from the API server first, so a lagging cache never causes a write;
   4. compute the status from the live Deployments (pure `status.compute`);
   5. write the status in one patch, only when it changed;
   6. only then emit Events, and only for transitions (a resync never repeats them).
@@ -117,7 +118,7 @@ class Reconciler:
         except pydantic.ValidationError as error:
             violations = schema_violations(error)
 
-        # The operator's watch caches when the handlers have them (no request); a LIST per kind otherwise.
+        # The operator's watch-fed cache when the handlers have it (no request); a LIST per kind otherwise.
         live = children(namespace, name) if children is not None else apply.list_children(self.client, namespace, name)
         result = apply.SyncResult()
         apply_error: str | None = None
@@ -125,8 +126,11 @@ class Reconciler:
         if not violations and service is not None:
             fingerprint = render.fingerprint(service)
             endpoint = render.endpoint(service)
+            desired = render.render(service, self.config)
             try:
-                result = apply.sync(self.client, body, render.render(service, self.config), live)
+                if children is not None:
+                    live = live + apply.fetch_unseen(self.client, desired, live)
+                result = apply.sync(self.client, body, desired, live)
             except apply.ApiError as error:
                 apply_error = str(error)
             metrics.CHILD_WRITES.labels("apply").inc(len(result.applied))

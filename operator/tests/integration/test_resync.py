@@ -38,8 +38,13 @@ def test_periodic_resync_reconciles_without_events_and_writes_nothing(
     cluster = installed_crd
     path = example("llama")
     name = load(path)["metadata"]["name"]
+    # Watching only this test's namespace: services other tests left behind must not add passes or writes.
     process = OperatorProcess(
-        cluster.kubeconfig, tmp_path / "operator.log", webhook=False, extra_env={"DISAGGSPEC_RESYNC_SECONDS": "1"}
+        cluster.kubeconfig,
+        tmp_path / "operator.log",
+        webhook=False,
+        extra_env={"DISAGGSPEC_RESYNC_SECONDS": "1"},
+        extra_args=["--namespace", namespace],
     ).start()
     try:
         cluster.kubectl("apply", "-n", namespace, "-f", str(path))

@@ -108,9 +108,11 @@ def required_in_namespace() -> set[Rule]:
     need |= {("disaggspec.io", "disaggspecservices", v, "") for v in ("get", "list", "watch")}
     need.add(("disaggspec.io", "disaggspecservices/status", "patch", ""))
     need.add(("disaggspec.io", "disaggspecservices/finalizers", "update", ""))
-    # Children: kopf indexes/watches them; server-side apply (PATCH, create when absent); prune (DELETE).
+    # Children: watched into the cache; read when the cache has not seen one (reconcile's fetch_unseen); server-side
+    # apply (PATCH, create when absent); prune (DELETE).
+    verbs = ("get", "list", "watch", "create", "patch", "delete")
     for kind in apply.OWNED_KINDS:
-        need |= {(_group(kind.api_version), kind.plural, v, "") for v in ("list", "watch", "create", "patch", "delete")}
+        need |= {(_group(kind.api_version), kind.plural, v, "") for v in verbs}
     # The router Role's permissions (escalation prevention).
     need |= {(g, r, v, "") for g, r, v in router_role_permissions()}
     # Events (apply.Client.post_event and kopf's posting: core/v1 both).

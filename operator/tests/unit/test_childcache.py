@@ -1,4 +1,5 @@
-"""childcache: a packed child unpacks to the same object minus managedFields, smaller than the dict it came from."""
+"""childcache: a packed child unpacks to the same object minus managedFields, smaller than the dict it came from;
+the cache keeps the newest state per uid under its owner."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from disaggspec.childcache import pack, unpack
+from disaggspec.childcache import ChildCache, pack, unpack
 from disaggspec.drift import needs_apply, with_applied_hash
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama-3.1-8b-eagle3" / "expected.yaml"
@@ -55,3 +56,40 @@ def test_unpacked_child_still_matches_its_render_and_is_a_fresh_copy() -> None:
 def test_packed_child_is_a_small_fraction_of_the_dict() -> None:
     live = _live_deployment()
     assert len(pack(live)) * 5 < _deep_size(live)
+
+
+def _child(uid: str, name: str, replicas: int = 1) -> dict[str, Any]:
+    return {"kind": "Deployment", "metadata": {"name": name, "uid": uid}, "spec": {"replicas": replicas}}
+
+
+def test_cache_keeps_the_newest_state_per_uid_under_its_owner() -> None:
+    cache = ChildCache()
+    cache.put(("ns", "a"), _child("u1", "a-prefill"))
+    cache.put(("ns", "a"), _child("u2", "a-decode"))
+    cache.put(("ns", "b"), _child("u3", "b-prefill"))
+    cache.put(("ns", "a"), _child("u1", "a-prefill", replicas=3))
+    assert len(cache) == 3
+    by_name = {obj["metadata"]["name"]: obj for obj in cache.children("ns", "a")}
+    assert set(by_name) == {"a-prefill", "a-decode"}
+    assert by_name["a-prefill"]["spec"]["replicas"] == 3
+    assert [obj["metadata"]["name"] for obj in cache.children("ns", "b")] == ["b-prefill"]
+    assert cache.children("other", "a") == []
+
+
+def test_cache_moves_a_child_whose_owner_changed_and_forgets_removed_ones() -> None:
+    cache = ChildCache()
+    cache.put(("ns", "a"), _child("u1", "x"))
+    cache.put(("ns", "b"), _child("u1", "x"))
+    assert cache.children("ns", "a") == []
+    assert [obj["metadata"]["uid"] for obj in cache.children("ns", "b")] == ["u1"]
+    cache.remove("u1")
+    cache.remove("never-seen")
+    assert cache.children("ns", "b") == []
+    assert len(cache) == 0
+
+
+def test_cache_hands_out_copies() -> None:
+    cache = ChildCache()
+    cache.put(("ns", "a"), _child("u1", "x"))
+    cache.children("ns", "a")[0]["spec"]["replicas"] = 9
+    assert cache.children("ns", "a")[0]["spec"]["replicas"] == 1
