@@ -69,15 +69,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def apiserver_writes(cluster: LocalCluster) -> collections.Counter[str]:
-    """Write requests the API server has served to the owned kinds, by `verb resource[/subresource]`."""
+def apiserver_requests(cluster: LocalCluster, verbs: tuple[str, ...] = WRITE_VERBS) -> collections.Counter[str]:
+    """Requests with these verbs the API server has served to the owned kinds, by `verb resource[/subresource]`."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     total: collections.Counter[str] = collections.Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if labels.get("resource") in OWNED and labels.get("verb") in WRITE_VERBS:
+        if labels.get("resource") in OWNED and labels.get("verb") in verbs:
             if labels.get("resource") == "deployments" and labels.get("subresource") == "status":
                 continue  # the Deployment controller's own status writes
             key = f"{labels['verb']} {labels['resource']}" + (
@@ -85,6 +85,10 @@ def apiserver_writes(cluster: LocalCluster) -> collections.Counter[str]:
             )
             total[key] += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def apiserver_writes(cluster: LocalCluster) -> collections.Counter[str]:
+    return apiserver_requests(cluster, WRITE_VERBS)
 
 
 def owned_children(cluster: LocalCluster) -> int:
@@ -327,23 +331,30 @@ def main() -> None:
         while time.monotonic() < deadline and owned_children(cluster) != 9 * largest:
             time.sleep(1)
         before_api = apiserver_writes(cluster)
+        before_reads = apiserver_requests(cluster, ("GET",))
+        started = time.monotonic()
         operator = OperatorProcess(state.kubeconfig, work / "operator-resync.log", webhook=False).start()
         # The restarted operator lists every service and reconciles each once; wait until that has settled.
         deadline = time.monotonic() + 300
         passes = 0
+        peak = 0.0
         while time.monotonic() < deadline:
+            peak = max(peak, rss_mib(operator))
             metrics_text = operator.metrics()
             match = re.search(r"^disaggspec_reconcile_duration_seconds_count (\S+)$", metrics_text, re.M)
             passes = int(float(match.group(1))) if match else 0
             if passes >= largest:
                 break
-            time.sleep(1)
+            time.sleep(0.5)
+        print(f"restart: the new operator had made {passes} passes {time.monotonic() - started:.1f} s after it started")
         time.sleep(5)
+        writes = apiserver_writes(cluster) - before_api
+        reads = apiserver_requests(cluster, ("GET",)) - before_reads
         print(
             f"no-op resync of {largest} services ({passes} passes): operator writes {operator_writes(operator)}, "
-            f"API server writes to owned kinds {sum((apiserver_writes(cluster) - before_api).values())} "
-            f"{dict(apiserver_writes(cluster) - before_api)}"
+            f"API server writes to owned kinds {sum(writes.values())} {dict(writes)}; GETs {dict(reads)}"
         )
+        print(f"operator RSS during the restart: peak {peak:.0f} MiB")
         print(f"operator RSS after the resync: {rss_mib(operator):.0f} MiB")
         print(json.dumps({"log": str(work / "operator.log")}))
     finally:
