@@ -176,9 +176,10 @@ class Client:
         except ApiError as error:
             log.warning("could not record event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the whole updated object."""
         path = f"{SERVICE_RESOURCE.collection(namespace)}/{name}/status"
-        self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+        return self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
 # Children are applied in one parallel wave: a pass costs one round trip of latency instead of nine (or two, when the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ import pydantic
 from disaggspec import apply, metrics
 from disaggspec import constants as c
 from disaggspec.api import parse_service
-from disaggspec.childcache import ChildCache
+from disaggspec.childcache import ChildCache, ServiceCache
 from disaggspec.reconcile import Reconciler, schema_violations
 from disaggspec.validation import validate, validate_update
 from disaggspec.workqueue import WorkQueue
@@ -58,13 +57,8 @@ class Runtime:
     reconciler: Reconciler | None = None
     webhook: WebhookOptions | None = None
     children: ChildCache = field(default_factory=ChildCache)
-    services: set[tuple[str, str]] = field(default_factory=set)
-    """(namespace, name) of every service seen and not deleted: what the periodic resync re-queues."""
-    services_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def known_services(self) -> list[tuple[str, str]]:
-        with self.services_lock:
-            return sorted(self.services)
+    services: ServiceCache = field(default_factory=ServiceCache)
+    """Every service seen and not deleted: what passes read, and what the periodic resync re-queues."""
 
 
 RUNTIME = Runtime()
@@ -93,7 +87,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # The initial listing comes in pages: a restart with thousands of children never holds them all as dicts at once.
     settings.watching.chunk_size = LIST_CHUNK_SIZE
     QUEUE.start(WORKERS)
-    QUEUE.resync_every(_reconciler().config.resync_seconds, RUNTIME.known_services)
+    QUEUE.resync_every(_reconciler().config.resync_seconds, RUNTIME.services.keys)
     options = RUNTIME.webhook
     if options is not None:
         settings.admission.server = kopf.WebhookServer(
@@ -108,16 +102,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def on_service_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:
+async def on_service_event(*, type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
     if namespace is None:
         return
     if type == "DELETED":
-        with RUNTIME.services_lock:
-            RUNTIME.services.discard((namespace, name))
+        RUNTIME.services.remove(namespace, name)
         _reconciler().forget(namespace, name)
         return
-    with RUNTIME.services_lock:
-        RUNTIME.services.add((namespace, name))
+    RUNTIME.services.put(dict(body))
     QUEUE.add((namespace, name))
 
 

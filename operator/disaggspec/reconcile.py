@@ -28,6 +28,7 @@ import pydantic
 from disaggspec import apply, metrics, render, status
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, parse_service
+from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
 from disaggspec.validation import validate
 
@@ -65,11 +66,20 @@ def _now() -> str:
 class Reconciler:
     """Reconciles services through one API client; safe to call from many threads."""
 
-    def __init__(self, client: apply.Client, config: OperatorConfig, emit: EventFn, clock: Callable[[], str] = _now):
+    def __init__(
+        self,
+        client: apply.Client,
+        config: OperatorConfig,
+        emit: EventFn,
+        clock: Callable[[], str] = _now,
+        services: ServiceCache | None = None,
+    ):
         self.client = client
         self.config = config
         self.emit = emit
         self.clock = clock
+        self.services = services
+        """The watch-fed services, when the handlers keep them; None: every pass GETs its service."""
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -85,19 +95,22 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str, children: ChildrenFn | None = None) -> Outcome | None:
         """Reconcile the service `namespace/name`; None when it no longer exists.
 
-        The object is read fresh inside the per-service lock: an event's body may predate the status this
-        operator just wrote, and comparing against a stale status would write it again.
+        The object is read inside the per-service lock, from the service cache (which also holds this operator's
+        own status writes, so it is never older than the last one) or, on a miss, from the API server: comparing
+        against a status older than the one just written would write it again.
         """
         key = (namespace, name)
         started = time.monotonic()
         with self._lock(key):
             try:
-                try:
-                    body = self.client.request("GET", f"{apply.SERVICE_RESOURCE.collection(namespace)}/{name}")
-                except apply.ApiError as error:
-                    if error.status == 404:
-                        return None
-                    raise
+                body = self.services.get(namespace, name) if self.services is not None else None
+                if body is None:
+                    try:
+                        body = self.client.request("GET", f"{apply.SERVICE_RESOURCE.collection(namespace)}/{name}")
+                    except apply.ApiError as error:
+                        if error.status == 404:
+                            return None
+                        raise
                 return self._reconcile(body, children)
             except Exception as error:
                 metrics.RECONCILE_ERRORS.labels(type(error).__name__).inc()
@@ -149,7 +162,9 @@ class Reconciler:
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
         if written:
-            self.client.patch_status(namespace, name, new_status)
+            updated = self.client.patch_status(namespace, name, new_status)
+            if self.services is not None:
+                self.services.put(updated)
         conditions = {cond["type"]: cond["status"] for cond in new_status["conditions"]}
         metrics.TALLY.record(f"{namespace}/{name}", conditions)
         self._events(body, previous, new_status, violations, result)

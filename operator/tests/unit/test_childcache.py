@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from disaggspec.childcache import ChildCache, pack, unpack
+from disaggspec.childcache import ChildCache, ServiceCache, pack, unpack
 from disaggspec.drift import needs_apply, with_applied_hash
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama-3.1-8b-eagle3" / "expected.yaml"
@@ -93,3 +93,34 @@ def test_cache_hands_out_copies() -> None:
     cache.put(("ns", "a"), _child("u1", "x"))
     cache.children("ns", "a")[0]["spec"]["replicas"] = 9
     assert cache.children("ns", "a")[0]["spec"]["replicas"] == 1
+
+
+def _service(name: str, version: str, ready: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "resourceVersion": version},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_service_cache_never_goes_back_to_an_older_state() -> None:
+    cache = ServiceCache()
+    cache.put(_service("a", "10", "False"))
+    cache.put(_service("a", "12", "True"))  # the operator's own status patch
+    cache.put(_service("a", "11", "False"))  # a watch event from before that write, delivered late
+    held = cache.get("ns", "a")
+    assert held is not None and held["metadata"]["resourceVersion"] == "12"
+    cache.put(_service("a", "13", "False"))
+    held = cache.get("ns", "a")
+    assert held is not None and held["metadata"]["resourceVersion"] == "13"
+
+
+def test_service_cache_takes_a_non_integer_version_and_forgets_removed_services() -> None:
+    cache = ServiceCache()
+    cache.put(_service("a", "10", "False"))
+    cache.put(_service("a", "opaque", "True"))
+    held = cache.get("ns", "a")
+    assert held is not None and held["status"]["conditions"][0]["status"] == "True"
+    cache.put(_service("b", "3", "True"))
+    assert cache.keys() == [("ns", "a"), ("ns", "b")]
+    cache.remove("ns", "a")
+    assert cache.get("ns", "a") is None and cache.keys() == [("ns", "b")]
