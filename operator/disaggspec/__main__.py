@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = tuple(args.namespace) or settings.namespaces
     client = apply.Client(_api_client())
     handlers.RUNTIME.reconciler = Reconciler(client, settings, client.post_event, services=handlers.RUNTIME.services)
+    handlers.RUNTIME.namespaces = namespaces
     if args.webhook == "on":
         cert, key, ca = args.webhook_cert, args.webhook_key, args.webhook_ca
         if cert is None and args.webhook_host:

@@ -35,9 +35,11 @@ class Kind:
     kind: str
     plural: str
 
-    def collection(self, namespace: str) -> str:
+    def collection(self, namespace: str | None) -> str:
+        """The REST collection in `namespace`, or across all namespaces when None."""
         prefix = "/api" if "/" not in self.api_version else "/apis"
-        return f"{prefix}/{self.api_version}/namespaces/{namespace}/{self.plural}"
+        where = f"/namespaces/{namespace}" if namespace is not None else ""
+        return f"{prefix}/{self.api_version}{where}/{self.plural}"
 
 
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
@@ -252,6 +254,19 @@ def fetch_unseen(
         return obj
 
     return [obj for obj in _POOL.map(get, unseen) if obj is not None]
+
+
+def list_uids(client: Client, kind: Kind, namespace: str | None, selector: str, page: int = 500) -> set[str]:
+    """UIDs of every object of `kind` matching `selector`, in `namespace` or in all (paged LISTs)."""
+    uids: set[str] = set()
+    query = {"labelSelector": selector, "limit": str(page)}
+    while True:
+        response = client.request("GET", kind.collection(namespace), query)
+        uids |= {str(item["metadata"]["uid"]) for item in response.get("items", [])}
+        token = response.get("metadata", {}).get("continue")
+        if not token:
+            return uids
+        query["continue"] = token
 
 
 def list_children(client: Client, namespace: str, service_name: str) -> list[dict[str, Any]]:

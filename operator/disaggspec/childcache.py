@@ -6,8 +6,10 @@ Deployment costs ~20 KiB; packed it is about a twentieth of that, and a pass unp
 service it works on. Packed entries are also single allocations, which do not pin the interpreter's small-object
 arenas the way millions of small dicts and strings do.
 
-The cache may lag the API server (an event not yet delivered; right after start-up, children not listed yet), so
-callers treat a missing child as unknown, not as absent: reconcile reads it from the API server before applying.
+The cache may lag the API server (an event not yet delivered), so callers treat a missing child as unknown, not as
+absent: reconcile reads it from the API server before applying. At start-up the operator lists the UIDs of its
+children first and holds its workers until the watch has delivered each of them (`synced`), the way controllers wait
+for their informers to sync; otherwise every pass of a restart would find its children unlisted and GET them.
 This is also why kopf's own indexes are not used: kopf holds every handler back until every indexed object has been
 indexed, with a toggle per object whose every change wakes every waiting object, which made a restart with 500
 services (4,500 children) take minutes of CPU before the first pass.
@@ -57,6 +59,16 @@ class ChildCache:
         self._lock = threading.Lock()
         self._by_owner: dict[OwnerKey, dict[str, PackedChild]] = {}
         self._owner_of: dict[str, OwnerKey] = {}
+        self._heard: set[str] | None = set()
+        """UIDs put or removed so far, kept only until `synced` first answers True (the start-up barrier)."""
+
+    def synced(self, expected: set[str]) -> bool:
+        """True once every uid in `expected` has been put or removed; from then on nothing more is tracked."""
+        with self._lock:
+            if self._heard is None or expected <= self._heard:
+                self._heard = None
+                return True
+            return False
 
     def put(self, owner: OwnerKey, obj: dict[str, Any]) -> None:
         """Record the newest state of a child (its uid identifies it; an owner change moves it)."""
@@ -68,6 +80,8 @@ class ChildCache:
                 self._drop(previous, uid)
             self._by_owner.setdefault(owner, {})[uid] = packed
             self._owner_of[uid] = owner
+            if self._heard is not None:
+                self._heard.add(uid)
 
     def remove(self, uid: str) -> None:
         """Forget a child (deleted, or no longer owned by a service); unknown uids are ignored."""
@@ -75,6 +89,8 @@ class ChildCache:
             owner = self._owner_of.pop(uid, None)
             if owner is not None:
                 self._drop(owner, uid)
+            if self._heard is not None:
+                self._heard.add(uid)
 
     def children(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Fresh copies of the cached children of one service."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,13 @@ WORKERS = 4
 LIST_CHUNK_SIZE = 200
 """Objects per page of the initial LIST of each watched kind."""
 
+SYNC_TIMEOUT = 60.0
+"""Longest wait at start-up for the watch to deliver the children that existed; after it the workers start anyway,
+and a pass GETs what the cache lacks."""
+
+SYNC_RECHECK = 2.0
+"""While waiting, how often to list again and stop waiting for children deleted in the meantime."""
+
 
 @dataclass
 class WebhookOptions:
@@ -59,6 +68,8 @@ class Runtime:
     children: ChildCache = field(default_factory=ChildCache)
     services: ServiceCache = field(default_factory=ServiceCache)
     """Every service seen and not deleted: what passes read, and what the periodic resync re-queues."""
+    namespaces: tuple[str, ...] = ()
+    """Watched namespaces; empty: all."""
 
 
 RUNTIME = Runtime()
@@ -86,7 +97,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     # The initial listing comes in pages: a restart with thousands of children never holds them all as dicts at once.
     settings.watching.chunk_size = LIST_CHUNK_SIZE
-    QUEUE.start(WORKERS)
+    # kopf starts watching only after the startup handlers: listing here sees every child the watch will deliver.
+    expected = _existing_children()
+    threading.Thread(target=_start_workers_when_synced, args=(expected,), name="cache-sync", daemon=True).start()
     QUEUE.resync_every(_reconciler().config.resync_seconds, RUNTIME.services.keys)
     options = RUNTIME.webhook
     if options is not None:
@@ -99,6 +112,39 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             cafile=options.cafile,
         )
         settings.admission.managed = c.GROUP
+
+
+def _existing_children() -> set[str]:
+    """UIDs of every child the operator owns now (one paged LIST per kind and watched namespace)."""
+    selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+    try:
+        return {
+            uid
+            for kind in apply.OWNED_KINDS
+            for namespace in (RUNTIME.namespaces or (None,))
+            for uid in apply.list_uids(_reconciler().client, kind, namespace, selector)
+        }
+    except Exception as error:  # the cache still fills from the watch; passes then GET what it lacks
+        log.warning("could not list existing children before starting (%s): starting without waiting", error)
+        return set()
+
+
+def _start_workers_when_synced(expected: set[str]) -> None:
+    """Start the reconcile workers once the watch has delivered every child that existed at start-up."""
+    started = time.monotonic()
+    recheck = started + SYNC_RECHECK
+    while not RUNTIME.children.synced(expected):
+        now = time.monotonic()
+        if now > started + SYNC_TIMEOUT:
+            log.warning("child cache not synced after %.0fs: starting the workers anyway", SYNC_TIMEOUT)
+            break
+        if now > recheck:
+            # A child deleted between the two listings is never delivered: stop waiting for what no longer exists.
+            expected &= _existing_children()
+            recheck = now + SYNC_RECHECK
+        time.sleep(0.05)
+    log.info("child cache synced with %d children: starting %d workers", len(RUNTIME.children), WORKERS)
+    QUEUE.start(WORKERS)
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

@@ -124,3 +124,13 @@ def test_service_cache_takes_a_non_integer_version_and_forgets_removed_services(
     assert cache.keys() == [("ns", "a"), ("ns", "b")]
     cache.remove("ns", "a")
     assert cache.get("ns", "a") is None and cache.keys() == [("ns", "b")]
+
+
+def test_synced_once_every_expected_uid_was_put_or_removed_then_stops_tracking() -> None:
+    assert ChildCache().synced(set())  # nothing existed at start-up: met at once
+    cache = ChildCache()
+    cache.put(("ns", "a"), _child("u1", "x"))
+    assert not cache.synced({"u1", "u2"})
+    cache.remove("u2")  # deleted before it was delivered: heard of all the same
+    assert cache.synced({"u1", "u2"})
+    assert cache.synced({"never-seen"})  # tracking ended with the first True
