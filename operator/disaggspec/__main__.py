@@ -22,11 +22,15 @@ from disaggspec.reconcile import Reconciler
 
 
 def _api_client() -> k8s.ApiClient:
+    configuration = k8s.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
-        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-    return k8s.ApiClient()
+        k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    # One connection per thread that may talk to the API server at once; the default (5 per core) made the pool drop
+    # connections under load, and every dropped connection costs a new TLS handshake on both sides.
+    configuration.connection_pool_maxsize = apply.MAX_CONCURRENT_REQUESTS
+    return k8s.ApiClient(configuration)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -105,9 +105,15 @@ class Client:
         self.writes = 0
 
     def request(
-        self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None, content_type: str = ""
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "",
+        accept: str = "application/json",
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         full_path = path + ("?" + urlencode(query) if query else "")
@@ -125,7 +131,7 @@ class Client:
         return payload
 
     def list(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
-        items = self.request("GET", kind.collection(namespace), {"labelSelector": selector}).get("items", [])
+        items = self.request("GET", kind.collection(namespace), {"labelSelector": selector}).get("items") or []
         for item in items:
             # List items omit apiVersion/kind; restore them so every object is self-describing.
             item.setdefault("apiVersion", kind.api_version)
@@ -193,6 +199,8 @@ _APPLY_WAVES: tuple[frozenset[str], ...] = (
     frozenset({SERVICE_ACCOUNT.kind, ROLE.kind, ROLE_BINDING.kind, SERVICE.kind, DEPLOYMENT.kind}),
 )
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")
+MAX_CONCURRENT_REQUESTS = 32
+"""Upper bound of requests in flight at once: the apply pool's 16 threads, the reconcile workers, events, start-up."""
 
 
 def sync(
@@ -256,13 +264,18 @@ def fetch_unseen(
     return [obj for obj in _POOL.map(get, unseen) if obj is not None]
 
 
+# Lists of object metadata only: a fraction of the bytes of full objects when only names and UIDs are needed.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
 def list_uids(client: Client, kind: Kind, namespace: str | None, selector: str, page: int = 500) -> set[str]:
-    """UIDs of every object of `kind` matching `selector`, in `namespace` or in all (paged LISTs)."""
+    """UIDs of every object of `kind` matching `selector`, in `namespace` or in all (paged, metadata-only LISTs)."""
     uids: set[str] = set()
     query = {"labelSelector": selector, "limit": str(page)}
     while True:
-        response = client.request("GET", kind.collection(namespace), query)
-        uids |= {str(item["metadata"]["uid"]) for item in response.get("items", [])}
+        response = client.request("GET", kind.collection(namespace), query, accept=METADATA_ONLY)
+        # An empty page (also the last one, when the count is a multiple of the page size) says `items: null`.
+        uids |= {str(item["metadata"]["uid"]) for item in response.get("items") or []}
         token = response.get("metadata", {}).get("continue")
         if not token:
             return uids
