@@ -4,7 +4,8 @@ Every watch event of a service or of one of its children only *marks* the servic
 waiting is not queued twice, and a key that is being processed is queued again once, after the pass in hand, so a
 burst of events (a Deployment's status moving through its rollout, say) collapses into one or two passes, and no key
 is ever processed by two workers at once. Failed keys come back after a backoff, and `resync_every` re-adds every
-known key on a period, so drift no watch event reports (a lost event, a change the watch missed) is still repaired.
+known key on a period, as informer resyncs do: every service is compared with the cached state of its children again
+even when no event arrives.
 """
 
 from __future__ import annotations
