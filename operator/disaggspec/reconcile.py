@@ -5,7 +5,8 @@ Steps of `Reconciler.reconcile`:
   2. run the rule table; on any violation, change no child, set SpecConfigConsistent=False with the rules' messages;
   3. otherwise render the children and `apply.sync` them against the live ones (writes only what differs, prunes
      what is no longer rendered); live children come from the watch-fed cache, and a rendered child the cache has
-     not seen yet is read from the API server first, so a lagging cache never causes a write;
+     not seen yet is read from the API server first (unless the service has no status yet, i.e. never had
+     children), so a lagging cache never causes a write;
   4. compute the status from the live Deployments (pure `status.compute`);
   5. write the status in one patch, only when it changed;
   6. only then emit Events, and only for transitions (a resync never repeats them).
@@ -141,7 +142,8 @@ class Reconciler:
             endpoint = render.endpoint(service)
             desired = render.render(service, self.config)
             try:
-                if children is not None:
+                # A service never reconciled before (no status) has no children to find: skip the reads.
+                if children is not None and previous is not None:
                     live = live + apply.fetch_unseen(self.client, desired, live)
                 result = apply.sync(self.client, body, desired, live)
             except apply.ApiError as error:
