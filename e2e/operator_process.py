@@ -91,6 +91,23 @@ class OperatorProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             return str(response.read().decode())
 
+    def metric_total(self, name: str) -> float:
+        """The sum of every sample of the metric `name` (all label sets), 0 when it has none yet."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            series = line.split(" ", 1)[0]
+            if series == name or series.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def passes(self) -> int:
+        """Reconcile passes the operator has finished."""
+        return int(self.metric_total("disaggspec_reconcile_duration_seconds_count"))
+
+    def writes(self) -> int:
+        """Write requests the operator has sent to the API server."""
+        return int(self.metric_total("disaggspec_api_writes_total"))
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 

@@ -97,14 +97,6 @@ def owned_children(cluster: LocalCluster) -> int:
     return len(names.split())
 
 
-def operator_writes(process: OperatorProcess) -> int:
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in process.metrics().splitlines()
-        if line.startswith("disaggspec_api_writes_total{")
-    )
-
-
 def rss_mib(process: OperatorProcess) -> float:
     assert process.proc is not None
     for line in Path(f"/proc/{process.proc.pid}/status").read_text().splitlines():
@@ -293,12 +285,10 @@ def main() -> None:
             f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms "
             f"over {len(latencies)} samples"
         )
-        text = operator.metrics()
-        total = re.search(r"^disaggspec_reconcile_duration_seconds_sum (\S+)$", text, re.M)
-        count = re.search(r"^disaggspec_reconcile_duration_seconds_count (\S+)$", text, re.M)
-        if total and count and float(count.group(1)):
-            mean = 1000 * float(total.group(1)) / float(count.group(1))
-            print(f"  reconcile passes so far: {int(float(count.group(1)))}, mean pass {mean:.0f} ms")
+        passes = operator.passes()
+        if passes:
+            mean = 1000 * operator.metric_total("disaggspec_reconcile_duration_seconds_sum") / passes
+            print(f"  reconcile passes so far: {passes}, mean pass {mean:.0f} ms")
         cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true")
 
         for count in sorted(args.services):
@@ -340,9 +330,7 @@ def main() -> None:
         peak = 0.0
         while time.monotonic() < deadline:
             peak = max(peak, rss_mib(operator))
-            metrics_text = operator.metrics()
-            match = re.search(r"^disaggspec_reconcile_duration_seconds_count (\S+)$", metrics_text, re.M)
-            passes = int(float(match.group(1))) if match else 0
+            passes = operator.passes()
             if passes >= largest:
                 break
             time.sleep(0.5)
@@ -351,7 +339,7 @@ def main() -> None:
         writes = apiserver_writes(cluster) - before_api
         reads = apiserver_requests(cluster, ("GET",)) - before_reads
         print(
-            f"no-op resync of {largest} services ({passes} passes): operator writes {operator_writes(operator)}, "
+            f"no-op resync of {largest} services ({passes} passes): operator writes {operator.writes()}, "
             f"API server writes to owned kinds {sum(writes.values())} {dict(writes)}; GETs {dict(reads)}"
         )
         print(f"operator RSS during the restart: peak {peak:.0f} MiB")

@@ -41,6 +41,10 @@ class Kind:
         where = f"/namespaces/{namespace}" if namespace is not None else ""
         return f"{prefix}/{self.api_version}{where}/{self.plural}"
 
+    def item(self, namespace: str, name: str) -> str:
+        """The REST path of one object."""
+        return f"{self.collection(namespace)}/{name}"
+
 
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
 ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
@@ -76,6 +80,12 @@ class SyncResult:
     @property
     def changed(self) -> bool:
         return bool(self.applied or self.pruned)
+
+
+def located(obj: dict[str, Any]) -> tuple[Kind, str]:
+    """The owned kind of a manifest or live object, and its REST path."""
+    kind = KINDS_BY_NAME[(obj["apiVersion"], obj["kind"])]
+    return kind, kind.item(obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
 def ref(obj: dict[str, Any]) -> str:
@@ -139,14 +149,12 @@ class Client:
         return list(items)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        kind = KINDS_BY_NAME[(manifest["apiVersion"], manifest["kind"])]
-        path = f"{kind.collection(manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        _, path = located(manifest)
         query = {"fieldManager": c.FIELD_MANAGER, "force": "true"}
         return self.request("PATCH", path, query, manifest, "application/apply-patch+yaml")
 
     def delete(self, obj: dict[str, Any]) -> None:
-        kind = KINDS_BY_NAME[(obj["apiVersion"], obj["kind"])]
-        path = f"{kind.collection(obj['metadata']['namespace'])}/{obj['metadata']['name']}"
+        _, path = located(obj)
         body = {"propagationPolicy": "Background", "preconditions": {"uid": obj["metadata"]["uid"]}}
         try:
             self.request("DELETE", path, body=body)
@@ -186,7 +194,7 @@ class Client:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource; returns the whole updated object."""
-        path = f"{SERVICE_RESOURCE.collection(namespace)}/{name}/status"
+        path = f"{SERVICE_RESOURCE.item(namespace, name)}/status"
         return self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
@@ -249,8 +257,7 @@ def fetch_unseen(
     unseen = [manifest for manifest in desired if ref(manifest) not in known]
 
     def get(manifest: dict[str, Any]) -> dict[str, Any] | None:
-        kind = KINDS_BY_NAME[(manifest["apiVersion"], manifest["kind"])]
-        path = f"{kind.collection(manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        kind, path = located(manifest)
         try:
             obj = client.request("GET", path)
         except ApiError as error:

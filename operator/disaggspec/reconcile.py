@@ -107,7 +107,7 @@ class Reconciler:
                 body = self.services.get(namespace, name) if self.services is not None else None
                 if body is None:
                     try:
-                        body = self.client.request("GET", f"{apply.SERVICE_RESOURCE.collection(namespace)}/{name}")
+                        body = self.client.request("GET", apply.SERVICE_RESOURCE.item(namespace, name))
                     except apply.ApiError as error:
                         if error.status == 404:
                             return None

@@ -6,7 +6,6 @@ Its own module, so no other operator process (the module-scoped one of test_reco
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -17,19 +16,6 @@ from e2e.operator_process import OperatorProcess
 from e2e.workloads import children, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
-
-
-def _passes(process: OperatorProcess) -> int:
-    match = re.search(r"^disaggspec_reconcile_duration_seconds_count (\S+)$", process.metrics(), re.M)
-    return int(float(match.group(1))) if match else 0
-
-
-def _writes(process: OperatorProcess) -> int:
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in process.metrics().splitlines()
-        if line.startswith("disaggspec_api_writes_total{")
-    )
 
 
 def test_periodic_resync_reconciles_without_events_and_writes_nothing(
@@ -52,12 +38,12 @@ def test_periodic_resync_reconciles_without_events_and_writes_nothing(
         time.sleep(2)  # let the last rollout events pass
         versions = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
         service_version = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
-        passes, writes = _passes(process), _writes(process)
+        passes, writes = process.passes(), process.writes()
         time.sleep(4.5)
         # Nothing changed on the cluster, yet the service was reconciled about once a second...
-        assert _passes(process) >= passes + 3, process.log_tail()
+        assert process.passes() >= passes + 3, process.log_tail()
         # ...and none of those passes wrote anything: no child, no status.
-        assert _writes(process) == writes
+        assert process.writes() == writes
         now = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
         assert now == versions
         assert get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"] == service_version
