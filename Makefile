@@ -37,13 +37,15 @@ cluster-status: venv ## show the local control plane's processes and nodes
 cluster-kubeconfig: venv ## print the admin kubeconfig path (last line)
 	@$(PY) -m e2e.cluster kubeconfig
 
-generate: venv ## regenerate the CRD (crds/ and the chart's copy) and README's API reference and rule table
-	$(PY) -m disaggspec.api.crd
-	$(PY) -m disaggspec.api.docs
+generate: venv ## regenerate the CRD (crds/ and the chart's copy), docs/reference/, README's API summary, SGLang flag tables
+	PYTHONPATH=operator $(PY) -m tools.crd
+	PYTHONPATH=operator $(PY) -m tools.docs
+	bash images/sglang/flags.sh generate all
 
-verify: venv ## fail when a generated file (CRD, chart CRD copy, README blocks) differs from what `make generate` writes
-	$(PY) -m disaggspec.api.crd --check
-	$(PY) -m disaggspec.api.docs --check
+verify: venv ## fail when a generated file (CRD, chart copy, docs/reference/, README block, flag tables) differs from `make generate`
+	PYTHONPATH=operator $(PY) -m tools.crd --check
+	PYTHONPATH=operator $(PY) -m tools.docs --check
+	bash images/sglang/flags.sh check all
 
 lint: venv ## ruff, ruff format --check, mypy, import-linter layer contracts
 	$(VENV)/bin/ruff check .

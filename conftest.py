@@ -1,3 +1,3 @@
 """Root pytest configuration: registers the shared cluster fixtures for every suite in the repository."""
 
-pytest_plugins = ["e2e.fixtures"]
+pytest_plugins = ["e2e.support.fixtures"]

@@ -25,9 +25,10 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster.controlplane import ClusterError, LocalCluster, port_free
-from e2e.kube import Cluster, CommandFailed
-from e2e.operator_install import CHART, fullname, service_account_kubeconfig
+from e2e.cluster.controlplane import ClusterError, LocalCluster
+from e2e.cluster.processes import port_free
+from e2e.support.kube import Cluster, CommandFailed
+from e2e.support.operator_install import CHART, fullname, service_account_kubeconfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / ".state" / "demo"

@@ -234,20 +234,28 @@ def build_etcd(go: str) -> None:
         _finish(component, out)
 
 
+def _go_install(go: str, component: Component, package: str, version_stamp: str, scratch: Path) -> Path:
+    """`go install <package>@<component.version>` into `scratch/out/bin`, stamping `-X <version_stamp>`; returns
+    `scratch/out`, ready for `_finish`."""
+    out = scratch / "out"
+    (out / "bin").mkdir(parents=True)
+    ldflags = f"-s -w -X {version_stamp}"
+    _run_go(
+        go,
+        ["install", "-v", "-trimpath", "-ldflags", ldflags, f"{package}@{component.version}"],
+        scratch,
+        f"{component.name} {component.version}",
+        env={"GOBIN": str(out / "bin")},
+    )
+    return out
+
+
 def build_kwok(go: str) -> None:
     component = KWOK
     with tempfile.TemporaryDirectory(prefix="kwok-build-", dir=cache_root()) as tmp:
         scratch = Path(tmp)
-        out = scratch / "out"
-        (out / "bin").mkdir(parents=True)
-        ldflags = f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={component.version.lstrip('v')}"
-        _run_go(
-            go,
-            ["install", "-v", "-trimpath", "-ldflags", ldflags, f"sigs.k8s.io/kwok/cmd/kwok@{component.version}"],
-            scratch,
-            f"kwok {component.version}",
-            env={"GOBIN": str(out / "bin")},
-        )
+        version = f"sigs.k8s.io/kwok/pkg/consts.Version={component.version.lstrip('v')}"
+        out = _go_install(go, component, "sigs.k8s.io/kwok/cmd/kwok", version, scratch)
         # The stage definitions (node initialize/heartbeat, pod ready/delete) ship inside the module source.
         source = subprocess.run(
             [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{component.version}"],
@@ -267,16 +275,8 @@ def build_helm(go: str) -> None:
     component = HELM
     with tempfile.TemporaryDirectory(prefix="helm-build-", dir=cache_root()) as tmp:
         scratch = Path(tmp)
-        out = scratch / "out"
-        (out / "bin").mkdir(parents=True)
-        ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={component.version}"
-        _run_go(
-            go,
-            ["install", "-v", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v4/cmd/helm@{component.version}"],
-            scratch,
-            f"helm {component.version}",
-            env={"GOBIN": str(out / "bin")},
-        )
+        version = f"helm.sh/helm/v4/internal/version.version={component.version}"
+        out = _go_install(go, component, "helm.sh/helm/v4/cmd/helm", version, scratch)
         _finish(component, out)
 
 

@@ -4,17 +4,15 @@ Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log an
 `cluster.json` that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
 to be healthy, and on any failure stops what it started and removes the state, so nothing is left half-running.
 `down` stops exactly the processes recorded in the state (it checks each PID's command line before signalling it, so
-a recycled PID is never killed) and is idempotent. All listeners bind to 127.0.0.1.
+a recycled PID is never killed) and is idempotent. All listeners bind to 127.0.0.1. The process supervision (ports,
+PID ownership, liveness, stopping) lives in `processes.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -27,8 +25,8 @@ from pathlib import Path
 import yaml
 
 from e2e.cluster import build, pki
+from e2e.cluster.processes import LOOPBACK, alive, is_ours, log, port_free, stop_pid, tail
 
-LOOPBACK = "127.0.0.1"
 CLIENT_QPS = 5000
 CLIENT_BURST = 10000
 SERVICE_CIDR = "10.96.0.0/16"
@@ -120,71 +118,6 @@ class State:
         return cls(directory, Ports(**data["ports"]), NodeShape(**data["nodes"]), dict(data["pids"]))
 
 
-def log(message: str) -> None:
-    print(f"[cluster] {message}", flush=True)
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _is_ours(pid: int, directory: Path) -> bool:
-    """A PID is ours only while its command line still names our state directory (PIDs get recycled)."""
-    return any(str(directory) in arg for arg in _cmdline(pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process is dead for our purposes.
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return status != "Z"
-
-
-def _stop_pid(name: str, pid: int, directory: Path, timeout: float = 15.0) -> None:
-    if not _alive(pid) or not _is_ours(pid, directory):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not _alive(pid):
-            return
-        time.sleep(0.1)
-    log(f"{name} (pid {pid}) ignored SIGTERM for {timeout:.0f}s: killing it")
-    os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    if not path.is_file():
-        return "(no log)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
 def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
     config = {
         "apiVersion": "v1",
@@ -196,6 +129,28 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, 
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)
+
+
+def _controller_flags(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """The flags kube-controller-manager and kube-scheduler share: their identity, a loopback health port of their
+    own, no leader election, and no client-side throttling."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={port}",
+        f"--cert-dir={cert_dir}",
+        "--leader-elect=false",
+        # kwok nodes make the control plane, not kubelets, the limit: the default client-side throttle (20 QPS per
+        # controller) would turn 1,500 fake pods into minutes of waiting in the controller-manager itself. kwokctl
+        # lifts it the same way; the API server keeps its own flow control. (Deprecated for the scheduler, still
+        # honoured.)
+        f"--kube-api-qps={CLIENT_QPS}",
+        f"--kube-api-burst={CLIENT_BURST}",
+        "--profiling=false",
+        "--v=1",
+    ]
 
 
 class LocalCluster:
@@ -213,7 +168,7 @@ class LocalCluster:
         state = self.state()
         if state is None:
             return {}
-        return {name: _alive(pid) and _is_ours(pid, self.directory) for name, pid in state.pids.items()}
+        return {name: alive(pid) and is_ours(pid, self.directory) for name, pid in state.pids.items()}
 
     def is_up(self) -> bool:
         running = self.running()
@@ -258,7 +213,7 @@ class LocalCluster:
             if running and all(running.values()) and self._readyz(existing):
                 log(f"already up: {existing.server}")
                 return existing
-            dead = sorted(name for name, alive in running.items() if not alive)
+            dead = sorted(name for name, is_running in running.items() if not is_running)
             raise ClusterError(
                 f"stale state directory {self.directory} from an earlier run "
                 f"(not running: {', '.join(dead) or 'all'}); run `make cluster-down` to clear it, then retry"
@@ -310,7 +265,7 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 log_path = state.directory / "logs" / f"{name}.log"
-                raise ClusterError(f"{name} exited with code {proc.returncode} during start:\n{_tail(log_path)}")
+                raise ClusterError(f"{name} exited with code {proc.returncode} during start:\n{tail(log_path)}")
             try:
                 with urllib.request.urlopen(probe, context=context, timeout=2) as response:
                     if response.status == 200:
@@ -319,7 +274,7 @@ class LocalCluster:
                 pass
             time.sleep(0.2)
         raise ClusterError(
-            f"{name} not healthy at {probe} after {timeout:.0f}s:\n{_tail(state.directory / 'logs' / (name + '.log'))}"
+            f"{name} not healthy at {probe} after {timeout:.0f}s:\n{tail(state.directory / 'logs' / (name + '.log'))}"
         )
 
     def _start_all(self, state: State, timeout: float) -> None:
@@ -396,27 +351,16 @@ class LocalCluster:
             "kube-controller-manager",
             [
                 str(k8s.path("kube-controller-manager")),
-                f"--kubeconfig={kubeconfigs['controller-manager']}",
-                f"--authentication-kubeconfig={kubeconfigs['controller-manager']}",
-                f"--authorization-kubeconfig={kubeconfigs['controller-manager']}",
-                f"--bind-address={LOOPBACK}",
-                f"--secure-port={p.controller_manager}",
-                f"--cert-dir={d / 'controller-manager-certs'}",
+                *_controller_flags(
+                    kubeconfigs["controller-manager"], p.controller_manager, d / "controller-manager-certs"
+                ),
                 f"--service-account-private-key-file={keys.sa_key}",
                 f"--root-ca-file={keys.ca_cert}",
                 f"--cluster-signing-cert-file={keys.ca_cert}",
                 f"--cluster-signing-key-file={keys.ca_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--leader-elect=false",
                 # Each controller acts as its own ServiceAccount with the bootstrap RBAC roles, as kubeadm does.
                 "--use-service-account-credentials=true",
-                # kwok nodes make the control plane, not kubelets, the limit: the default client-side throttle (20
-                # QPS per controller) would turn 1,500 fake pods into minutes of waiting in the controller-manager
-                # itself. kwokctl lifts it the same way; the API server keeps its own flow control.
-                f"--kube-api-qps={CLIENT_QPS}",
-                f"--kube-api-burst={CLIENT_BURST}",
-                "--profiling=false",
-                "--v=1",
             ],
         )
         scheduler = self._spawn(
@@ -424,17 +368,7 @@ class LocalCluster:
             "kube-scheduler",
             [
                 str(k8s.path("kube-scheduler")),
-                f"--kubeconfig={kubeconfigs['scheduler']}",
-                f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
-                f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
-                f"--bind-address={LOOPBACK}",
-                f"--secure-port={p.scheduler}",
-                f"--cert-dir={d / 'scheduler-certs'}",
-                "--leader-elect=false",
-                f"--kube-api-qps={CLIENT_QPS}",  # as for the controller-manager (deprecated, still honoured)
-                f"--kube-api-burst={CLIENT_BURST}",
-                "--profiling=false",
-                "--v=1",
+                *_controller_flags(kubeconfigs["scheduler"], p.scheduler, d / "scheduler-certs"),
             ],
         )
         probe_cm = f"https://{LOOPBACK}:{p.controller_manager}/healthz"
@@ -465,7 +399,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if kwok.poll() is not None:
-                raise ClusterError(f"kwok exited during start:\n{_tail(state.directory / 'logs' / 'kwok.log')}")
+                raise ClusterError(f"kwok exited during start:\n{tail(state.directory / 'logs' / 'kwok.log')}")
             result = self.kubectl(
                 "get",
                 "nodes",
@@ -477,16 +411,14 @@ class LocalCluster:
             if len(ready) >= state.nodes.count:
                 return
             time.sleep(0.2)
-        raise ClusterError(
-            f"kwok nodes not Ready after {timeout:.0f}s:\n{_tail(state.directory / 'logs' / 'kwok.log')}"
-        )
+        raise ClusterError(f"kwok nodes not Ready after {timeout:.0f}s:\n{tail(state.directory / 'logs' / 'kwok.log')}")
 
     def down(self, quiet: bool = False) -> None:
         """Stop every recorded process (last started first) and remove the state directory. Idempotent."""
         state = self.state()
         if state is not None:
             for name, pid in reversed(list(state.pids.items())):
-                _stop_pid(name, pid, self.directory)
+                stop_pid(name, pid, self.directory)
         if self.directory.exists():
             shutil.rmtree(self.directory)
         if not quiet:
@@ -498,8 +430,8 @@ class LocalCluster:
             yield f"down (no state in {self.directory})"
             return
         running = self.running()
-        for name, alive in running.items():
-            yield f"{name:<24} pid {state.pids[name]:<8} {'running' if alive else 'NOT RUNNING'}"
+        for name, is_running in running.items():
+            yield f"{name:<24} pid {state.pids[name]:<8} {'running' if is_running else 'NOT RUNNING'}"
         healthy = all(running.values()) and self._readyz(state)
         yield f"apiserver {state.server}: {'ready' if healthy else 'NOT READY'}"
         yield f"kubeconfig {state.kubeconfig}"

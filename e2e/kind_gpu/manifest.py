@@ -35,7 +35,7 @@ import yaml
 
 from disaggspec.api import parse_service
 from disaggspec.sglang.args import SERVER_PORT, server_args
-from disaggspec.sglang.profiles import SUPPORTED_VERSIONS
+from disaggspec.sglang.profiles import PROFILES
 from disaggspec.validation import validate
 
 ModelSource = Literal["hf", "hostpath"]
@@ -93,8 +93,8 @@ class Settings:
     def from_env(env: Mapping[str, str]) -> Settings:
         """Read and check the settings; raises ValueError naming the variable and the fix."""
         version = _flag(env, "E2E_SGLANG_VERSION", "0.5.2")
-        if version not in SUPPORTED_VERSIONS:
-            raise ValueError(f"E2E_SGLANG_VERSION={version}: supported are {', '.join(SUPPORTED_VERSIONS)}")
+        if version not in PROFILES:
+            raise ValueError(f"E2E_SGLANG_VERSION={version}: supported are {', '.join(PROFILES)}")
         source = _flag(env, "E2E_MODEL_SOURCE", "hf")
         if source not in ("hf", "hostpath"):
             raise ValueError(f"E2E_MODEL_SOURCE={source}: use hf (download from Hugging Face) or hostpath")

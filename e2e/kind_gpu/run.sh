@@ -263,14 +263,10 @@ probe_mooncake() {
 # ---- install: the chart, with the loaded images ---------------------------------------------------------------------
 install() {
   say "install: chart charts/disaggspec-operator as release $release in $operator_namespace"
-  local sglang_tag
-  sglang_tag=$(image_tag "$E2E_SGLANG_IMAGE")
   run helm upgrade --install "$release" "$repo/charts/disaggspec-operator" \
     --namespace "$operator_namespace" --create-namespace --kubeconfig "$kubeconfig" \
     --set "image.repository=$(image_repo "$operator_image")" --set-string "image.tag=$(image_tag "$operator_image")" \
     --set image.pullPolicy=IfNotPresent \
-    --set "sglang.repository=$(image_repo "$E2E_SGLANG_IMAGE")" \
-    --set-string "sglang.tags.${E2E_SGLANG_VERSION//./\\.}=$sglang_tag" \
     --wait --timeout 300s
   run kubectl --kubeconfig "$kubeconfig" -n "$operator_namespace" wait --for=condition=Available \
     "deployment/$operator_deployment" --timeout=300s

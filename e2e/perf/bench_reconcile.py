@@ -39,7 +39,7 @@ from disaggspec import apply, render
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
 from e2e.cluster.controlplane import LocalCluster, NodeShape
-from e2e.operator_process import OperatorProcess
+from e2e.support.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"

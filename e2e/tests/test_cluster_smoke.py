@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from e2e.cluster import versions
-from e2e.fixtures import Cluster
+from e2e.support.fixtures import Cluster
 
 pytestmark = pytest.mark.integration
 

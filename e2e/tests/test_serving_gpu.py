@@ -24,9 +24,9 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from e2e.fixtures import Cluster
 from e2e.kind_gpu import compare, manifest, metrics
 from e2e.kind_gpu.portforward import port_forward
+from e2e.support.fixtures import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_gpu]
 

@@ -1,9 +1,10 @@
 """End to end, as a user meets disaggspec: the Helm chart's operator, `kubectl apply`, `kubectl wait`, edits, deletes.
 
-Runs on either backend (`--backend`, see e2e/fixtures.py). On `local` (CI) the chart is installed on the embedded
-control plane and the operator runs here as the chart's ServiceAccount; every example must reach Ready=True with its
-pods Running on the kwok GPU nodes and wired as the spec says. On `kind-gpu` the chart's in-cluster operator is used,
-and the flows that need no GPU capacity (rejections, delete) run too; the serving checks are in test_serving_gpu.py.
+Runs on either backend (`--backend`, see e2e/support/fixtures.py). On `local` (CI) the chart is installed on the
+embedded control plane and the operator runs here as the chart's ServiceAccount; every example must reach Ready=True
+with its pods Running on the kwok GPU nodes and wired as the spec says. On `kind-gpu` the chart's in-cluster operator
+is used, and the flows that need no GPU capacity (rejections, delete) run too; the serving checks are in
+test_serving_gpu.py.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e import workloads
-from e2e.fixtures import Cluster
-from e2e.operator_install import InstalledOperator, installed_operator
+from e2e.support import workloads
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_install import InstalledOperator, installed_operator
 
 pytestmark = pytest.mark.integration
 

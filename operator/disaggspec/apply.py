@@ -51,7 +51,7 @@ ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
 SERVICE = Kind("v1", "Service", "services")
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
-# Apply order: the router's identity and permissions exist before the pods that use them.
+# Every kind the operator renders, owns, watches and prunes.
 OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, DEPLOYMENT)
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
 SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
@@ -75,7 +75,6 @@ class SyncResult:
 
     applied: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
-    unchanged: int = 0
 
     @property
     def changed(self) -> bool:
@@ -90,10 +89,6 @@ def located(obj: dict[str, Any]) -> tuple[Kind, str]:
 
 def ref(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
-
-
-def owned_selector(service_name: str) -> str:
-    return f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY},{c.LABEL_SERVICE}={service_name}"
 
 
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +107,6 @@ class Client:
 
     def __init__(self, api: k8s.ApiClient) -> None:
         self.api = api
-        self.writes = 0
 
     def request(
         self,
@@ -136,17 +130,8 @@ class Client:
         if response.status >= 400:
             raise ApiError(response.status, method, path, str(payload.get("message", raw[:300])))
         if method != "GET":
-            self.writes += 1
             metrics.API_WRITES.labels(method).inc()
         return payload
-
-    def list(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
-        items = self.request("GET", kind.collection(namespace), {"labelSelector": selector}).get("items") or []
-        for item in items:
-            # List items omit apiVersion/kind; restore them so every object is self-describing.
-            item.setdefault("apiVersion", kind.api_version)
-            item.setdefault("kind", kind.kind)
-        return list(items)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         _, path = located(manifest)
@@ -198,14 +183,10 @@ class Client:
         return self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
-# Children are applied in one parallel wave: a pass costs one round trip of latency instead of nine (or two, when the
-# Deployments waited for the rest: apply -> all children measured p50 103 ms that way, 56-69 ms in one wave). Ordering
-# bought nothing: a router pod is created two watch hops after its Deployment (Deployment -> ReplicaSet -> Pod), by
-# which time its ServiceAccount exists; if it ever did not, the ReplicaSet controller retries the pod. Kept as a tuple
-# of waves so an ordering that matters can be expressed again.
-_APPLY_WAVES: tuple[frozenset[str], ...] = (
-    frozenset({SERVICE_ACCOUNT.kind, ROLE.kind, ROLE_BINDING.kind, SERVICE.kind, DEPLOYMENT.kind}),
-)
+# Children are applied all at once, in parallel: a pass costs one round trip of latency instead of nine (or two, when
+# the Deployments waited for the rest: apply -> all children measured p50 103 ms that way, 56-69 ms in parallel).
+# Ordering bought nothing: a router pod is created two watch hops after its Deployment (Deployment -> ReplicaSet ->
+# Pod), by which time its ServiceAccount exists; if it ever did not, the ReplicaSet controller retries the pod.
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")
 MAX_CONCURRENT_REQUESTS = 32
 """Upper bound of requests in flight at once: the apply pool's 16 threads, the reconcile workers, events, start-up."""
@@ -229,13 +210,9 @@ def sync(
         wanted.add(key)
         if needs_apply(stamped, live_by_ref.get(key)):
             stale.append(stamped)
-        else:
-            result.unchanged += 1
-    for wave in _APPLY_WAVES:
-        batch = [m for m in stale if m["kind"] in wave]
-        # list() re-raises the first failure after the whole wave ran; later waves are not attempted.
-        list(_POOL.map(client.apply, batch))
-        result.applied += [ref(m) for m in batch]
+    # list() re-raises the first failure (every apply was submitted already); nothing is pruned then.
+    list(_POOL.map(client.apply, stale))
+    result.applied += [ref(m) for m in stale]
     for key, obj in live_by_ref.items():
         owners = obj["metadata"].get("ownerReferences", [])
         ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)
@@ -287,9 +264,3 @@ def list_uids(client: Client, kind: Kind, namespace: str | None, selector: str, 
         if not token:
             return uids
         query["continue"] = token
-
-
-def list_children(client: Client, namespace: str, service_name: str) -> list[dict[str, Any]]:
-    """Every live object of an owned kind that carries this service's labels (one LIST per kind)."""
-    selector = owned_selector(service_name)
-    return [obj for kind in OWNED_KINDS for obj in client.list(kind, namespace, selector)]

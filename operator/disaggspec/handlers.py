@@ -7,7 +7,8 @@ are used, not kopf's change handlers, so kopf keeps no progress annotations on t
 nothing. Live children come from a `ChildCache` fed by the children's watch events, not from LIST requests (see
 `childcache` for why not kopf's indexes). The event handlers are coroutines: they only pack a body and mark a key,
 so they run on kopf's event loop instead of a hop to its thread pool per event. A failed pass is retried with
-backoff. The validating webhook runs the same rule table as reconcile (`validation.validate_update` on updates).
+backoff. The validating webhook refuses a spec through the same `rejection.check` as reconcile (with the update-only
+rules on updates).
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-import pydantic
 
 from disaggspec import apply, metrics
 from disaggspec import constants as c
-from disaggspec.api import parse_service
 from disaggspec.childcache import ChildCache, ServiceCache
-from disaggspec.reconcile import Reconciler, schema_violations
-from disaggspec.validation import validate, validate_update
+from disaggspec.reconcile import Reconciler
+from disaggspec.rejection import check
 from disaggspec.workqueue import WorkQueue
 
 log = logging.getLogger("disaggspec.handlers")
@@ -201,19 +200,11 @@ for _kind in apply.OWNED_KINDS:
 def admit(*, body: kopf.Body, **kwargs: Any) -> None:
     """Reject a spec the rule table refuses, with every rule's message (the CRD's CEL rules ran already)."""
     old, operation = kwargs.get("old"), kwargs.get("operation")
-    try:
-        new = parse_service(_plain(body))
-        if operation == "UPDATE" and old:
-            violations = validate_update(parse_service(_plain(old)), new)
-        else:
-            violations = validate(new)
-        problems = [(v.rule, f"{v.field}: {v.message}") for v in violations]
-    except pydantic.ValidationError as error:
-        problems = schema_violations(error)
-    if problems:
-        for rule, _message in problems:
-            metrics.REJECTIONS.labels(rule, "admission").inc()
-        raise kopf.AdmissionError("; ".join(f"[{rule}] {message}" for rule, message in problems), code=422)
+    previous = _plain(old) if operation == "UPDATE" and old else None
+    _, rejection = check(_plain(body), previous)
+    if rejection:
+        metrics.count_rejection(rejection.rules, "admission")
+        raise kopf.AdmissionError(rejection.text, code=422)
 
 
 def enable_webhook(options: WebhookOptions) -> None:

@@ -7,7 +7,9 @@ read values without the process-wide default registry's collectors.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -50,6 +52,12 @@ SERVICES_BY_CONDITION = Gauge(
     ["condition", "status"],
     registry=REGISTRY,
 )
+
+
+def count_rejection(rules: Iterable[str], where: Literal["admission", "reconcile"]) -> None:
+    """Count one rejected spec in REJECTIONS: once per failed rule (a `Rejection`'s `rules`), labelled by `where`."""
+    for rule in rules:
+        REJECTIONS.labels(rule, where).inc()
 
 
 class ConditionTally:

@@ -1,20 +1,30 @@
 """Computes a DisaggSpecService's status from what reconcile saw; pure: no clock, no I/O.
 
-Inputs are the spec generation, the rule-table violations, the live Deployments of the two pools and the router,
-and the outcome of applying the children. Output is the whole `status` object with the four conditions. A
-condition's `lastTransitionTime` is carried over from the previous status unless its `status` changed, so a
-resync that sees nothing new computes exactly the previous status and the caller writes nothing.
+Inputs are the spec generation, the spec's rejection (empty when it passed the rules), the live Deployments of the
+two pools and the router, and the outcome of applying the children. Output is the whole status as the typed model
+`DisaggSpecServiceStatus` with the four conditions, whose reasons all come from `conditions`; the caller writes its
+`to_wire()` JSON. A condition's `lastTransitionTime` is carried over from the previous status unless its `status`
+changed, so a resync that sees nothing new computes exactly the previous status and the caller writes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from disaggspec import conditions as r
 from disaggspec import constants as c
+from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus
+from disaggspec.conditions import ConditionReason
+from disaggspec.rejection import Rejection
 
 POOLS: tuple[str, ...] = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
+
+# The Deployment controller's own condition vocabulary (apps/v1), read to tell a stuck rollout; never written.
+_DEPLOYMENT_PROGRESSING = "Progressing"
+_DEPLOYMENT_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+_DEPLOYMENT_REPLICA_FAILURE = "ReplicaFailure"
 
 
 @dataclass(frozen=True)
@@ -22,8 +32,8 @@ class Observation:
     """Everything one reconcile pass learned, as plain data."""
 
     generation: int
-    violations: Sequence[tuple[str, str]]
-    """(rule id, message) of every failed rule; empty when the spec is consistent."""
+    rejection: Rejection
+    """Why the spec is refused; empty (`rejection.ACCEPTED`) when it is consistent."""
     deployments: Mapping[str, Mapping[str, Any] | None]
     """Live Deployment per role (None when absent)."""
     fingerprint: str | None
@@ -31,19 +41,19 @@ class Observation:
     apply_error: str | None = None
 
 
-def pool_status(deployment: Mapping[str, Any] | None) -> dict[str, Any]:
+def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
     """Replica counts of one Deployment, plus `ready` as "ready/desired" for the printer columns."""
     spec = (deployment or {}).get("spec", {})
     status = (deployment or {}).get("status", {})
     replicas = int(spec.get("replicas", 1)) if deployment is not None else 0
     ready = int(status.get("readyReplicas", 0))
-    return {
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "updatedReplicas": int(status.get("updatedReplicas", 0)),
-        "availableReplicas": int(status.get("availableReplicas", 0)),
-        "ready": f"{ready}/{replicas}",
-    }
+    return PoolStatus(
+        replicas=replicas,
+        ready_replicas=ready,
+        updated_replicas=int(status.get("updatedReplicas", 0)),
+        available_replicas=int(status.get("availableReplicas", 0)),
+        ready=f"{ready}/{replicas}",
+    )
 
 
 def rolled_out(deployment: Mapping[str, Any] | None) -> bool:
@@ -62,82 +72,85 @@ def stuck(deployment: Mapping[str, Any] | None) -> str | None:
     if deployment is None:
         return None
     for condition in deployment.get("status", {}).get("conditions", []):
-        if condition.get("type") == "Progressing" and condition.get("reason") == "ProgressDeadlineExceeded":
+        kind = condition.get("type")
+        if kind == _DEPLOYMENT_PROGRESSING and condition.get("reason") == _DEPLOYMENT_DEADLINE_EXCEEDED:
             return str(condition.get("message", "progress deadline exceeded"))
-        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+        if kind == _DEPLOYMENT_REPLICA_FAILURE and condition.get("status") == "True":
             return str(condition.get("message", "replica failure"))
     return None
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
+def _condition(reason: ConditionReason, message: str, generation: int) -> Condition:
+    return Condition(
+        type=reason.condition,
+        status=reason.status,
+        reason=reason.reason,
+        message=message,
+        observed_generation=generation,
+    )
 
 
-def conditions(observation: Observation) -> list[dict[str, Any]]:
+def conditions(observation: Observation) -> list[Condition]:
+    """The four conditions, without transition times."""
     gen = observation.generation
     deployments = observation.deployments
     pending = [role for role in POOLS if not rolled_out(deployments.get(role))]
     blocked = {role: why for role in POOLS if (why := stuck(deployments.get(role))) is not None}
+    rejected = bool(observation.rejection)
 
-    if observation.violations:
-        text = "; ".join(f"[{rule}] {message}" for rule, message in observation.violations)
-        consistent = _condition(c.CONDITION_SPEC_CONSISTENT, False, "RuleViolated", text, gen)
+    if rejected:
+        consistent = _condition(r.CONSISTENT_RULE_VIOLATED, observation.rejection.text, gen)
     else:
-        consistent = _condition(c.CONDITION_SPEC_CONSISTENT, True, "AllRulesPassed", "prefill and decode agree", gen)
+        consistent = _condition(r.CONSISTENT_ALL_RULES_PASSED, "prefill and decode agree", gen)
 
     if observation.apply_error is not None:
-        degraded = _condition(c.CONDITION_DEGRADED, True, "ApplyFailed", observation.apply_error, gen)
+        degraded = _condition(r.DEGRADED_APPLY_FAILED, observation.apply_error, gen)
     elif blocked:
         text = "; ".join(f"{role}: {why}" for role, why in blocked.items())
-        degraded = _condition(c.CONDITION_DEGRADED, True, "RolloutStuck", text, gen)
+        degraded = _condition(r.DEGRADED_ROLLOUT_STUCK, text, gen)
     else:
-        degraded = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "no failures", gen)
+        degraded = _condition(r.DEGRADED_AS_EXPECTED, "no failures", gen)
 
-    if observation.violations:
-        progressing = _condition(c.CONDITION_PROGRESSING, False, "InvalidSpec", "children left unchanged", gen)
-        ready = _condition(c.CONDITION_READY, False, "InvalidSpec", "fix the spec: see SpecConfigConsistent", gen)
+    if rejected:
+        progressing = _condition(r.PROGRESSING_INVALID_SPEC, "children left unchanged", gen)
+        ready = _condition(r.READY_INVALID_SPEC, "fix the spec: see SpecConfigConsistent", gen)
     elif pending:
         waiting = ", ".join(pending)
-        progressing = _condition(c.CONDITION_PROGRESSING, True, "RollingOut", f"waiting for {waiting}", gen)
-        ready = _condition(c.CONDITION_READY, False, "RolloutInProgress", f"not all replicas ready: {waiting}", gen)
+        progressing = _condition(r.PROGRESSING_ROLLING_OUT, f"waiting for {waiting}", gen)
+        ready = _condition(r.READY_ROLLOUT_IN_PROGRESS, f"not all replicas ready: {waiting}", gen)
     else:
-        progressing = _condition(c.CONDITION_PROGRESSING, False, "RolloutComplete", "all replicas updated", gen)
+        progressing = _condition(r.PROGRESSING_ROLLOUT_COMPLETE, "all replicas updated", gen)
         if observation.apply_error is None:
-            ready = _condition(c.CONDITION_READY, True, "AllReplicasReady", "prefill, decode and router ready", gen)
+            ready = _condition(r.READY_ALL_REPLICAS, "prefill, decode and router ready", gen)
         else:
-            ready = _condition(c.CONDITION_READY, False, "ApplyFailed", observation.apply_error, gen)
+            ready = _condition(r.READY_APPLY_FAILED, observation.apply_error, gen)
     return [ready, consistent, progressing, degraded]
 
 
-def compute(observation: Observation, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
-    """The full status; `now` (RFC 3339) stamps only conditions whose status changed since `previous`."""
+def compute(observation: Observation, previous: Mapping[str, Any] | None, now: str) -> DisaggSpecServiceStatus:
+    """The full status; `now` (RFC 3339) stamps only conditions whose status changed since `previous`.
+
+    `previous` is the status as the API server holds it (JSON), read from the object this pass reconciles.
+    """
     before = {cond["type"]: cond for cond in (previous or {}).get("conditions", [])}
     stamped = []
     for condition in conditions(observation):
-        old = before.get(condition["type"])
-        same = old is not None and old.get("status") == condition["status"]
-        condition["lastTransitionTime"] = old["lastTransitionTime"] if same and old else now
-        stamped.append(condition)
-    status: dict[str, Any] = {
-        "observedGeneration": observation.generation,
-        "conditions": stamped,
-        **{role: pool_status(observation.deployments.get(role)) for role in POOLS},
-    }
-    if observation.fingerprint is not None:
-        status["specFingerprint"] = observation.fingerprint
-    if observation.endpoint is not None:
-        status["endpoint"] = observation.endpoint
-    return status
+        old = before.get(condition.type)
+        since = old["lastTransitionTime"] if old is not None and old.get("status") == condition.status else now
+        stamped.append(condition.model_copy(update={"last_transition_time": since}))
+    return DisaggSpecServiceStatus(
+        observed_generation=observation.generation,
+        conditions=stamped,
+        prefill=pool_status(observation.deployments.get(c.ROLE_PREFILL)),
+        decode=pool_status(observation.deployments.get(c.ROLE_DECODE)),
+        router=pool_status(observation.deployments.get(c.ROLE_ROUTER)),
+        spec_fingerprint=observation.fingerprint,
+        endpoint=observation.endpoint,
+    )
 
 
-def changed(new: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
-    """True when writing `new` would change what the API server already holds in `previous`."""
+def changed(new: DisaggSpecServiceStatus, previous: Mapping[str, Any] | None) -> bool:
+    """True when writing `new` would change what the API server already holds in `previous` (its JSON)."""
     if previous is None:
         return True
-    return any(previous.get(key) != value for key, value in new.items())
+    return any(previous.get(key) != value for key, value in new.to_wire().items())

@@ -4,7 +4,7 @@
 #
 # Per version:
 #   1. check-patches.sh: every patch applies exactly (no fuzz, no offset) to the pinned wheel, unpacked and cached.
-#   2. A venv from requirements-<version>.txt, cached under
+#   2. A venv from requirements-<version>.txt (lib.sh's ensure_venv), cached under
 #      ${XDG_CACHE_HOME:-$HOME/.cache}/disaggspec/sglang-venv-<version>-<sha256 of that file, 12 hex>/.
 #      sglang is not installed into it; the tree under test goes on PYTHONPATH, with tests/stubs/<version>/.
 #   3. The suite against the UNPATCHED wheel; check_unpatched.py asserts that exactly the tests listed in
@@ -14,8 +14,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh disable=SC1091
+source "$here/lib.sh"
 image_dir=$(dirname "$here")
-cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/disaggspec
 python=${PYTHON:-python3}
 target=${1:-all}
 case $target in
@@ -29,22 +30,6 @@ esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/disaggspec-sglang-tests.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-
-# ensure_venv VERSION: echo the path of a ready venv for that version, creating it if its requirements changed.
-ensure_venv() {
-  local version=$1 req=$here/requirements-$1.txt digest venv
-  digest=$(sha256sum "$req" | cut -c1-12)
-  venv=$cache_root/sglang-venv-$version-$digest
-  if [[ ! -f $venv/.complete ]]; then
-    echo "run.sh: creating $venv (cold: downloads torch and its CUDA libraries, several minutes)" >&2
-    rm -rf "$venv"
-    mkdir -p "$cache_root"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --no-input --disable-pip-version-check -r "$req" >&2
-    touch "$venv/.complete"
-  fi
-  echo "$venv"
-}
 
 for version in "${versions[@]}"; do
   start=$SECONDS

@@ -1,6 +1,6 @@
 """The DisaggSpecService API: typed models (`v1alpha1`), parsing, and each pool's effective speculative settings.
 
-Import from here: `parse_service`, the models, and `effective_speculative`. The CRD generator (`disaggspec.api.crd`)
+Import from here: `parse_service`, the models, and `effective_speculative`. The CRD generator (`tools.crd`, build-time)
 turns these models plus the CEL rules of `disaggspec.validation` into the committed CRD YAML. This package imports
 neither kopf nor kubernetes.
 """

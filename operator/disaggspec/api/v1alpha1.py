@@ -1,10 +1,11 @@
 """The `DisaggSpecService` API, version `disaggspec.io/v1alpha1`: pydantic models of the spec and status.
 
 These models are the API. The CRD (OpenAPI schema, `kubectl explain` descriptions, defaults, printer columns) is
-generated from them by `disaggspec.api.crd`, and the cross-field rules live in `disaggspec.validation`. Field names are
-snake_case in Python and camelCase on the wire (`populate_by_name`, so both parse). Spec models forbid unknown fields;
-the status model ignores them so an older operator can read a newer status. Free-form Kubernetes objects (tolerations,
-affinity, `valueFrom`) are plain dicts: the API server keeps them as given and the kubelet validates them.
+generated from them by the build-time `tools.crd` (operator/tools), and the cross-field rules live in
+`disaggspec.validation`. Field names are snake_case in Python and camelCase on the wire (`populate_by_name`, so both
+parse). Spec models forbid unknown fields; the status model ignores them so an older operator can read a newer status.
+Free-form Kubernetes objects (tolerations, affinity, `valueFrom`) are plain dicts: the API server keeps them as given
+and the kubelet validates them.
 
 Settings that exist once in the spec (model, sglang, engine, transfer, the shared `speculative` block) are identical
 on both pools by construction; only what a pool may override (its `speculative` block) is cross-checked by the rules.
@@ -515,6 +516,10 @@ class DisaggSpecServiceStatus(StatusModel):
         default=None, max_length=128, description="Hash of every setting that must match across the pools."
     )
     endpoint: str | None = Field(default=None, max_length=_MAX_STR, description="URL of the router's Service.")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The status as JSON for the API server: camelCase keys, unset (None) fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class ObjectMeta(BaseModel):

@@ -17,8 +17,6 @@ from disaggspec.sglang import _flags_0_5_2, _flags_0_5_23
 
 SGLangVersion = Literal["0.5.2", "0.5.23"]
 
-SUPPORTED_VERSIONS: Final[tuple[SGLangVersion, ...]] = ("0.5.2", "0.5.23")
-
 # 0.5.23 allocates the top-k metadata rows with a fixed width of 16 (sglang/srt/disaggregation/utils.py:468-473,
 # `torch.zeros((size, 16), ...)`, and the comment at :650 "speculative_eagle_topk should not be greater than 16
 # currently"), and copies topk entries into them, so a wider top-k fails at prefill.

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.fixtures import Cluster
-from e2e.operator_install import webhook_url
-from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_install import wait_webhook_registered
+from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 
 @pytest.fixture(scope="module")
@@ -16,12 +16,8 @@ def operator(installed_crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -
     """The operator with its admission webhook, registered in the cluster; removed again afterwards."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     process = OperatorProcess(installed_crd.kubeconfig, log).start()
-
-    def webhook_points_at_us() -> bool:
-        return f":{process.webhook_port}/" in webhook_url(installed_crd)
-
     try:
-        installed_crd.wait_for("the operator's webhook registration", webhook_points_at_us, timeout=30)
+        wait_webhook_registered(installed_crd, process)
         yield process
     finally:
         process.stop()

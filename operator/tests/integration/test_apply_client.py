@@ -6,7 +6,7 @@ import pytest
 from kubernetes import config as k8s_config
 
 from disaggspec import apply
-from e2e.fixtures import Cluster
+from e2e.support.fixtures import Cluster
 
 pytestmark = pytest.mark.integration
 

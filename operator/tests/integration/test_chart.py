@@ -8,7 +8,6 @@ reconciling an example to Ready, with the webhook registered, proves that RBAC i
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,17 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.fixtures import Cluster
-from e2e.operator_install import (
+from e2e.support.fixtures import Cluster, fresh_namespace
+from e2e.support.operator_install import (
     CHART,
     WEBHOOK_KINDS,
     clear_foreign_webhook_configurations,
     fullname,
     service_account_kubeconfig,
-    webhook_url,
+    wait_webhook_registered,
 )
-from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-from e2e.workloads import example
+from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.support.workloads import example
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +52,9 @@ def _exists(cluster: Cluster, kind: str, name: str, namespace: str | None) -> bo
 
 @pytest.fixture
 def workload_namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-chart-workload-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    cluster.wait_for(
-        f"ServiceAccount default in {name}",
-        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-    )
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    """A second namespace, for the workloads, beside `namespace` (which holds the release)."""
+    with fresh_namespace(cluster, "chart-workload") as name:
+        yield name
 
 
 def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstalls(
@@ -87,10 +81,10 @@ def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstall
             assert as_operator.kubectl("auth", "can-i", *forbidden, "-A", check=False).stdout.strip() == "no"
         log = tmp_path / "operator.log"
         with OperatorProcess(kubeconfig, log) as operator:
-            cluster.wait_for(
+            wait_webhook_registered(
+                cluster,
+                operator,
                 "the operator's webhook registration (kopf's create and patch, as the ServiceAccount)",
-                lambda: f":{operator.webhook_port}/" in webhook_url(cluster),
-                timeout=30,
             )
             cluster.kubectl("apply", "-n", workload_namespace, "-f", str(EXAMPLE))
             cluster.kubectl(

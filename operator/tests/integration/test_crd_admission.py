@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from disaggspec.api import crd as gen
 from disaggspec.validation import RULES_BY_ID
-from e2e.fixtures import Cluster
-from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
+from e2e.support.fixtures import Cluster
+from tests.unit.dss_cases import EXAMPLES, IMMUTABLE_CASES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
 pytestmark = pytest.mark.integration
 
-CRD_FILE = gen.REPO_ROOT / gen.OUTPUTS[0]
 _NOW = "2026-01-01T00:00:00Z"
 CEL_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is not None)
 PYTHON_ONLY_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is None)
@@ -85,26 +83,16 @@ def test_rejection_table_is_large_enough() -> None:
     assert len(CEL_CASES) + len(SCHEMA_CASES) >= 30
 
 
-@pytest.mark.parametrize(
-    ("edits", "rule"),
-    [
-        ({"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
-        (
-            {"spec.prefill.speculative": {"algorithm": "EAGLE"}, "spec.decode.speculative": {"algorithm": "EAGLE"}},
-            "immutable-speculative-algorithm",
-        ),
-        ({"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
-    ],
-    ids=["shared-algorithm", "both-pool-overrides", "transfer-backend"],
-)
-def test_immutable_field_update_rejected(crd: Cluster, namespace: str, edits: dict[str, Any], rule: str) -> None:
+@pytest.mark.parametrize("case", IMMUTABLE_CASES, ids=lambda c: c.name)
+def test_immutable_field_update_rejected(crd: Cluster, namespace: str, case: Case) -> None:
+    assert case.rule is not None
     original = edited({"metadata.name": "immutable"})
     crd.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(original))
-    changed = edited(edits, base=original)
+    changed = edited(case.edits, base=original)
     result = crd.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(changed), check=False
     )
-    _assert_rejected(result, RULES_BY_ID[rule].message)
+    _assert_rejected(result, RULES_BY_ID[case.rule].message)
     mutable = edited({"spec.decode.replicas": 3, "spec.speculative.numSteps": 2}, base=original)
     crd.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(mutable))
 

@@ -8,26 +8,33 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import yaml
 
-from e2e.fixtures import Cluster
-from e2e.operator_process import OperatorProcess
-from e2e.workloads import children, condition, example, get, load, wait_ready
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_process import OperatorProcess
+from e2e.support.workloads import child_versions, condition, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 
 LLAMA = example("llama")
 
 
+def _llama_ready(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """The llama example applied in `namespace` and Ready; returns the object as loaded from its file."""
+    obj = load(LLAMA)
+    cluster.kubectl("apply", "-n", namespace, "-f", str(LLAMA))
+    wait_ready(cluster, namespace, obj["metadata"]["name"])
+    return obj
+
+
 def test_deleted_child_is_recreated_and_manual_edit_reverted(
     operator: OperatorProcess, cluster: Cluster, namespace: str
 ) -> None:
-    obj = load(LLAMA)
+    obj = _llama_ready(cluster, namespace)
     name = obj["metadata"]["name"]
-    cluster.kubectl("apply", "-n", namespace, "-f", str(LLAMA))
-    wait_ready(cluster, namespace, name)
     old_uid = get(cluster, namespace, "service", f"{name}-decode")["metadata"]["uid"]
     cluster.kubectl("delete", "service", f"{name}-decode", "-n", namespace)
     cluster.wait_for(
@@ -52,11 +59,9 @@ def test_deleted_child_is_recreated_and_manual_edit_reverted(
 def test_bad_spec_stored_without_the_webhook_changes_no_child(
     operator: OperatorProcess, cluster: Cluster, namespace: str
 ) -> None:
-    obj = load(LLAMA)
+    obj = _llama_ready(cluster, namespace)
     name = obj["metadata"]["name"]
-    cluster.kubectl("apply", "-n", namespace, "-f", str(LLAMA))
-    wait_ready(cluster, namespace, name)
-    before = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
+    before = child_versions(cluster, namespace, name)
     # The webhook fails open (failurePolicy Ignore) when the operator is unreachable: reconcile is the last guard.
     # Bypass it by writing as a field the webhook cannot see: drop the webhook registration for this one write.
     cluster.kubectl("delete", "validatingwebhookconfiguration", "disaggspec.io")
@@ -66,32 +71,28 @@ def test_bad_spec_stored_without_the_webhook_changes_no_child(
     def rejected() -> bool:
         dss = get(cluster, namespace, "dss", name)
         cond = condition(dss, "SpecConfigConsistent")
-        return cond["status"] == "False" and dss["status"]["observedGeneration"] == dss["metadata"]["generation"]
+        return bool(cond["status"] == "False" and dss["status"]["observedGeneration"] == dss["metadata"]["generation"])
 
     cluster.wait_for("SpecConfigConsistent=False", rejected)
     dss = get(cluster, namespace, "dss", name)
     assert "[pool-extra-args-known]" in condition(dss, "SpecConfigConsistent")["message"]
     assert condition(dss, "Ready")["reason"] == "InvalidSpec"
     time.sleep(1)
-    after = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
+    after = child_versions(cluster, namespace, name)
     assert after == before
     events = get(cluster, namespace, "events", "--field-selector", f"involvedObject.name={name}")["items"]
     assert any(e["type"] == "Warning" and e["reason"] == "SpecRejected" for e in events)
 
 
 def test_no_op_resync_writes_nothing(operator: OperatorProcess, cluster: Cluster, namespace: str) -> None:
-    name = load(LLAMA)["metadata"]["name"]
-    cluster.kubectl("apply", "-n", namespace, "-f", str(LLAMA))
-    wait_ready(cluster, namespace, name)
+    name = _llama_ready(cluster, namespace)["metadata"]["name"]
     time.sleep(2)
-    versions = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
+    versions = child_versions(cluster, namespace, name)
     dss_version = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
     # Touch the service with a label: a new event and a full pass, but nothing to change.
     cluster.kubectl("label", "dss", name, "-n", namespace, "touched=yes")
     time.sleep(3)
-    assert {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)} == (
-        versions
-    )
+    assert child_versions(cluster, namespace, name) == versions
     touched = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
     assert touched != dss_version  # our label write
     time.sleep(2)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.fixtures import Cluster
-from e2e.operator_process import OperatorProcess
-from e2e.workloads import children, example, get, load, wait_ready
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_process import OperatorProcess
+from e2e.support.workloads import children, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 

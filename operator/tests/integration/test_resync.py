@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fixtures import Cluster
-from e2e.operator_process import OperatorProcess
-from e2e.workloads import children, example, get, load, wait_ready
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_process import OperatorProcess
+from e2e.support.workloads import child_versions, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_periodic_resync_reconciles_without_events_and_writes_nothing(
         cluster.kubectl("apply", "-n", namespace, "-f", str(path))
         wait_ready(cluster, namespace, name)
         time.sleep(2)  # let the last rollout events pass
-        versions = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
+        versions = child_versions(cluster, namespace, name)
         service_version = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
         passes, writes = process.passes(), process.writes()
         time.sleep(4.5)
@@ -44,7 +44,7 @@ def test_periodic_resync_reconciles_without_events_and_writes_nothing(
         assert process.passes() >= passes + 3, process.log_tail()
         # ...and none of those passes wrote anything: no child, no status.
         assert process.writes() == writes
-        now = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
+        now = child_versions(cluster, namespace, name)
         assert now == versions
         assert get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"] == service_version
     finally:

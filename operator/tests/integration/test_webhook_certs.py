@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from e2e.fixtures import Cluster
-from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-from e2e.workloads import example, load
+from e2e.support.fixtures import Cluster
+from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.support.workloads import example, load
 
 pytestmark = pytest.mark.integration
 

@@ -333,3 +333,15 @@ VALID_CASES: Final[tuple[Case, ...]] = (
         },
     ),
 )
+
+IMMUTABLE_CASES: Final[tuple[Case, ...]] = (
+    Case("shared-algorithm", {"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
+    Case(
+        "both-pool-overrides",
+        {"spec.prefill.speculative": {"algorithm": "EAGLE"}, "spec.decode.speculative": {"algorithm": "EAGLE"}},
+        "immutable-speculative-algorithm",
+    ),
+    Case("transfer-backend", {"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
+)
+"""Updates of BASE: each edit is valid on its own but changes an immutable field, so `rule` must reject the update
+(the Python transition rule in the unit tests, its CEL transition rule on a real API server)."""

@@ -7,7 +7,6 @@ chart's bindings miss one and when they grant anything more, cluster-wide and in
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -19,7 +18,7 @@ import yaml
 
 from disaggspec import apply
 from disaggspec.api import parse_service
-from disaggspec.config import DEFAULT_IMAGE_TAGS, OperatorConfig
+from disaggspec.config import OperatorConfig
 from disaggspec.render import render
 from e2e.cluster import build
 
@@ -270,8 +269,6 @@ def test_operator_args_and_env_follow_the_values() -> None:
     objs = template(
         "watchNamespaces={team-a,team-b}",
         "logLevel=WARNING",
-        "sglang.repository=mirror/sglang",
-        "sglang.tags.0\\.5\\.23=custom",
         "routerImage=router:1",
         namespace="ops",
     )
@@ -282,20 +279,10 @@ def test_operator_args_and_env_follow_the_values() -> None:
     assert "--webhook-host=rel-disaggspec-operator-webhook.ops.svc" in args
     assert "--webhook-addr=0.0.0.0" in args and "--webhook-port=9443" in args
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["DISAGGSPEC_SGLANG_REPOSITORY"] == "mirror/sglang"
-    assert env["DISAGGSPEC_SGLANG_TAG_0_5_23"] == "custom"
-    assert env["DISAGGSPEC_SGLANG_TAG_0_5_2"] == DEFAULT_IMAGE_TAGS["0.5.2"]
-    assert env["DISAGGSPEC_ROUTER_IMAGE"] == "router:1"
+    assert env == {"DISAGGSPEC_ROUTER_IMAGE": "router:1", "DISAGGSPEC_RESYNC_SECONDS": "300"}
     webhook = next(s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-webhook"))
     assert webhook["spec"]["ports"][0]["port"] == 9443
     assert webhook["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
-
-
-def test_default_sglang_tags_match_the_operator_defaults() -> None:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["sglang"]["tags"] == dict(DEFAULT_IMAGE_TAGS)
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    assert set(schema["properties"]["sglang"]["properties"]["tags"]["properties"]) == set(DEFAULT_IMAGE_TAGS)
 
 
 def test_webhook_off_renders_no_webhook_objects() -> None:
@@ -352,6 +339,7 @@ def test_cert_manager_needs_the_webhook() -> None:
     [
         "logLevel=LOUD",
         "nosuchkey=1",
+        "sglang.repository=mirror/sglang",
         "watchNamespaces={Bad_Name}",
         "webhook.port=80",
         "webhook.certManager.issuerRef.kind=Vault",
@@ -371,8 +359,8 @@ def test_chart_crd_is_the_generated_copy() -> None:
 
 def test_no_registry_host_in_images() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    for image in (values["image"]["repository"], values["sglang"]["repository"]):
-        assert "." not in image.split("/")[0] and ":" not in image.split("/")[0]
+    image = values["image"]["repository"]
+    assert "." not in image.split("/")[0] and ":" not in image.split("/")[0]
 
 
 def _hadolint() -> str | None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from disaggspec.config import DEFAULT_IMAGE_TAGS, from_env
+from disaggspec.config import from_env
 
 
 def test_defaults_without_variables() -> None:
     config = from_env({})
     assert config.resync_seconds == 300.0
     assert config.namespaces == ()
-    assert dict(config.image_tags) == dict(DEFAULT_IMAGE_TAGS)
+    assert config.router_image == ""
 
 
 def test_variables_override_the_defaults() -> None:
@@ -19,14 +19,12 @@ def test_variables_override_the_defaults() -> None:
         {
             "DISAGGSPEC_RESYNC_SECONDS": "2.5",
             "DISAGGSPEC_NAMESPACES": "a, b,",
-            "DISAGGSPEC_SGLANG_TAG_0_5_23": "custom",
-            "DISAGGSPEC_SGLANG_REPOSITORY": "mirror/sglang",
+            "DISAGGSPEC_ROUTER_IMAGE": "router:1",
         }
     )
     assert config.resync_seconds == 2.5
     assert config.namespaces == ("a", "b")
-    assert config.sglang_image("0.5.23") == "mirror/sglang:custom"
-    assert config.sglang_image("0.5.2") == f"mirror/sglang:{DEFAULT_IMAGE_TAGS['0.5.2']}"
+    assert config.router_image == "router:1"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon", "nan", ""])

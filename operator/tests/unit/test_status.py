@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from disaggspec import conditions as r
 from disaggspec import status
+from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus
+from disaggspec.rejection import ACCEPTED, Problem, Rejection
 from disaggspec.status import Observation
 
 
@@ -23,49 +26,105 @@ def _deployment(replicas: int, ready: int, generation: int = 1, observed: int = 
     }
 
 
-def _by_type(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {cond["type"]: cond for cond in result["conditions"]}
+def _by_type(result: DisaggSpecServiceStatus) -> dict[str, Condition]:
+    return {cond.type: cond for cond in result.conditions}
 
 
 def _observe(**deployments: dict[str, Any] | None) -> Observation:
-    return Observation(generation=3, violations=(), deployments=deployments, fingerprint="abc", endpoint="svc:8000")
+    return Observation(
+        generation=3, rejection=ACCEPTED, deployments=deployments, fingerprint="abc", endpoint="svc:8000"
+    )
 
 
 def test_all_rolled_out_is_ready() -> None:
     ready = _deployment(1, 1)
     result = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
     conditions = _by_type(result)
-    assert conditions["Ready"]["status"] == "True"
-    assert conditions["Progressing"]["status"] == "False"
-    assert conditions["Degraded"]["status"] == "False"
-    assert conditions["SpecConfigConsistent"]["status"] == "True"
-    assert result["observedGeneration"] == 3
-    assert result["prefill"] == {
-        "replicas": 1,
-        "readyReplicas": 1,
-        "updatedReplicas": 1,
-        "availableReplicas": 1,
-        "ready": "1/1",
+    assert conditions["Ready"].status == "True"
+    assert conditions["Ready"].reason == r.READY_ALL_REPLICAS.reason
+    assert conditions["Progressing"].status == "False"
+    assert conditions["Degraded"].status == "False"
+    assert conditions["SpecConfigConsistent"].status == "True"
+    assert result.observed_generation == 3
+    assert result.spec_fingerprint == "abc"
+
+
+def test_the_wire_form_is_the_camel_case_json_written_today() -> None:
+    ready = _deployment(1, 1)
+    wire = status.compute(_observe(prefill=ready, decode=ready, router=_deployment(1, 0)), None, "T1").to_wire()
+    assert wire == {
+        "observedGeneration": 3,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "RolloutInProgress",
+                "message": "not all replicas ready: router",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+            {
+                "type": "SpecConfigConsistent",
+                "status": "True",
+                "reason": "AllRulesPassed",
+                "message": "prefill and decode agree",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "RollingOut",
+                "message": "waiting for router",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+            {
+                "type": "Degraded",
+                "status": "False",
+                "reason": "AsExpected",
+                "message": "no failures",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+        ],
+        "prefill": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "ready": "1/1"},
+        "decode": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "ready": "1/1"},
+        "router": {"replicas": 1, "readyReplicas": 0, "updatedReplicas": 0, "availableReplicas": 0, "ready": "0/1"},
+        "specFingerprint": "abc",
+        "endpoint": "svc:8000",
     }
-    assert result["specFingerprint"] == "abc"
+
+
+def test_unknown_fingerprint_and_endpoint_are_left_out_and_absent_pools_count_zero() -> None:
+    wire = status.compute(Observation(1, ACCEPTED, {}, None, None), None, "T1").to_wire()
+    assert "specFingerprint" not in wire and "endpoint" not in wire
+    assert wire["decode"] == {
+        "replicas": 0,
+        "readyReplicas": 0,
+        "updatedReplicas": 0,
+        "availableReplicas": 0,
+        "ready": "0/0",
+    }
 
 
 def test_a_pool_behind_its_generation_is_progressing_not_ready() -> None:
     ready = _deployment(1, 1)
     rolling = _deployment(2, 2, generation=2, observed=1)
     conditions = _by_type(status.compute(_observe(prefill=ready, decode=rolling, router=ready), None, "T1"))
-    assert conditions["Ready"]["status"] == "False"
-    assert conditions["Progressing"]["status"] == "True"
-    assert "decode" in conditions["Progressing"]["message"]
+    assert conditions["Ready"].status == "False"
+    assert conditions["Progressing"].status == "True"
+    assert "decode" in str(conditions["Progressing"].message)
 
 
 def test_violations_make_spec_inconsistent_with_the_rule_message() -> None:
-    observation = Observation(3, [("spec-topk-match", "decode.speculative.eagleTopk differs")], {}, None, None)
-    conditions = _by_type(status.compute(observation, None, "T1"))
-    assert conditions["SpecConfigConsistent"]["status"] == "False"
-    assert conditions["SpecConfigConsistent"]["reason"] == "RuleViolated"
-    assert "[spec-topk-match] decode.speculative.eagleTopk differs" in conditions["SpecConfigConsistent"]["message"]
-    assert conditions["Ready"]["reason"] == "InvalidSpec"
+    rejection = Rejection((Problem("spec-topk-match", "decode.speculative.eagleTopk", "differs"),))
+    conditions = _by_type(status.compute(Observation(3, rejection, {}, None, None), None, "T1"))
+    assert conditions["SpecConfigConsistent"].status == "False"
+    assert conditions["SpecConfigConsistent"].reason == "RuleViolated"
+    assert conditions["SpecConfigConsistent"].message == "[spec-topk-match] decode.speculative.eagleTopk: differs"
+    assert conditions["Ready"].reason == "InvalidSpec"
+    assert conditions["Progressing"].reason == "InvalidSpec"
 
 
 def test_stuck_rollout_is_degraded() -> None:
@@ -74,17 +133,51 @@ def test_stuck_rollout_is_degraded() -> None:
     )
     ready = _deployment(1, 1)
     conditions = _by_type(status.compute(_observe(prefill=stuck, decode=ready, router=ready), None, "T1"))
-    assert conditions["Degraded"]["status"] == "True"
-    assert conditions["Degraded"]["reason"] == "RolloutStuck"
+    assert conditions["Degraded"].status == "True"
+    assert conditions["Degraded"].reason == "RolloutStuck"
+    assert conditions["Degraded"].message == "prefill: progress deadline exceeded"
+
+
+def test_apply_error_is_degraded_and_not_ready() -> None:
+    ready = _deployment(1, 1)
+    observation = Observation(3, ACCEPTED, {"prefill": ready, "decode": ready, "router": ready}, "a", "e", "HTTP 500")
+    conditions = _by_type(status.compute(observation, None, "T1"))
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "ApplyFailed")
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "ApplyFailed")
+
+
+def test_every_reason_set_is_in_the_vocabulary() -> None:
+    ready = _deployment(1, 1)
+    stuck = _deployment(1, 0, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}])
+    rejection = Rejection((Problem("r", "f", "m"),))
+    observations = [
+        _observe(prefill=ready, decode=ready, router=ready),
+        _observe(prefill=stuck, decode=ready, router=ready),
+        Observation(3, rejection, {}, None, None),
+        Observation(3, ACCEPTED, {"prefill": ready, "decode": ready, "router": ready}, None, None, "boom"),
+        Observation(3, ACCEPTED, {}, None, None, "boom"),
+    ]
+    known = {(v.condition, v.status, v.reason) for v in r.CONDITION_REASONS}
+    seen = {(cond.type, cond.status, cond.reason) for o in observations for cond in status.conditions(o)}
+    assert seen <= known
+    assert seen == known  # and every documented reason is reachable
 
 
 def test_transition_time_is_kept_unless_the_status_flips() -> None:
     ready = _deployment(1, 1)
     first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
-    again = status.compute(_observe(prefill=ready, decode=ready, router=ready), first, "T2")
+    again = status.compute(_observe(prefill=ready, decode=ready, router=ready), first.to_wire(), "T2")
     assert again == first
-    assert not status.changed(again, first)
-    flipped = status.compute(_observe(prefill=_deployment(1, 0), decode=ready, router=ready), first, "T3")
-    assert _by_type(flipped)["Ready"]["lastTransitionTime"] == "T3"
-    assert _by_type(flipped)["SpecConfigConsistent"]["lastTransitionTime"] == "T1"
-    assert status.changed(flipped, first)
+    assert not status.changed(again, first.to_wire())
+    flipped = status.compute(_observe(prefill=_deployment(1, 0), decode=ready, router=ready), first.to_wire(), "T3")
+    assert _by_type(flipped)["Ready"].last_transition_time == "T3"
+    assert _by_type(flipped)["SpecConfigConsistent"].last_transition_time == "T1"
+    assert status.changed(flipped, first.to_wire())
+    assert status.changed(first, None)
+
+
+def test_changed_ignores_fields_only_the_server_holds() -> None:
+    ready = _deployment(1, 1)
+    first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
+    held = {**first.to_wire(), "fromANewerOperator": 1}
+    assert not status.changed(first, held)

@@ -4,12 +4,14 @@ none; every rule has a failing case; update-only rules reject changes to immutab
 from __future__ import annotations
 
 import re
+from typing import get_args
 
 import pydantic
 import pytest
 import yaml
 
 from disaggspec.api import PoolName, parse_service, pool
+from disaggspec.api.v1alpha1 import DraftKvCacheDtype
 from disaggspec.sglang.args import server_args
 from disaggspec.sglang.profiles import PROFILES, profile_for
 from disaggspec.validation import (
@@ -23,7 +25,7 @@ from disaggspec.validation import (
     validate,
     validate_update,
 )
-from tests.unit.dss_cases import EXAMPLES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
+from tests.unit.dss_cases import EXAMPLES, IMMUTABLE_CASES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
 
 @pytest.mark.parametrize("case", RULE_CASES, ids=lambda c: c.name)
@@ -64,6 +66,13 @@ def test_message_names_a_field_it_reads(rule: Rule | TransitionRule) -> None:
     assert any(leaf in rule.message for leaf in leaves), f"{rule.message!r} names none of {rule.fields}"
 
 
+def test_draft_kv_dtypes_come_all_or_none() -> None:
+    # spec-draft-kv-dtype-version only asks whether a release has the flag; that suffices while a release with the
+    # flag accepts every dtype of the API.
+    for profile in PROFILES.values():
+        assert profile.draft_kv_cache_dtypes in (frozenset(), frozenset(get_args(DraftKvCacheDtype)))
+
+
 def test_owned_flags_are_real_flags() -> None:
     known = set().union(*(p.flags for p in PROFILES.values()))
     assert set(OWNED_FLAGS) <= known
@@ -84,24 +93,12 @@ def test_unknown_flag_points_at_the_argument() -> None:
     assert [v.field for v in validate(service)] == ["spec.prefill.extraArgs[2]"]
 
 
-@pytest.mark.parametrize(
-    ("edits", "rule"),
-    [
-        ({"spec.speculative.algorithm": "NEXTN"}, "immutable-speculative-algorithm"),
-        (
-            {"spec.prefill.speculative": {"algorithm": "EAGLE"}, "spec.decode.speculative": {"algorithm": "EAGLE"}},
-            "immutable-speculative-algorithm",
-        ),
-        ({"spec.transfer": {"backend": "nixl"}}, "immutable-transfer-backend"),
-    ],
-    ids=["shared-algorithm", "both-pool-overrides", "transfer-backend"],
-)
-def test_update_of_immutable_field_rejected(edits: dict[str, object], rule: str) -> None:
+@pytest.mark.parametrize("case", IMMUTABLE_CASES, ids=lambda case: case.name)
+def test_update_of_immutable_field_rejected(case: Case) -> None:
     old = parse_service(edited({}))
-    new = parse_service(edited(edits))
-    violations = validate_update(old, new)
-    assert [v.rule for v in violations] == [rule]
-    assert violations[0].message == RULES_BY_ID[rule].message
+    violations = validate_update(old, parse_service(case.manifest()))
+    assert [v.rule for v in violations] == [case.rule]
+    assert case.rule is not None and violations[0].message == RULES_BY_ID[case.rule].message
 
 
 def test_update_of_mutable_fields_accepted() -> None:

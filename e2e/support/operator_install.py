@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from e2e.kube import Cluster
-from e2e.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.support.kube import Cluster
+from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "disaggspec-operator"
 CHART_NAME = "disaggspec-operator"
 WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
@@ -74,6 +74,13 @@ def webhook_url(cluster: Cluster) -> str:
     ).stdout
 
 
+def wait_webhook_registered(
+    cluster: Cluster, process: OperatorProcess, description: str = "the operator's webhook registration"
+) -> None:
+    """Wait until the webhook configuration points at `process` (kopf registers it once the operator has started)."""
+    cluster.wait_for(description, lambda: f":{process.webhook_port}/" in webhook_url(cluster), timeout=30)
+
+
 @dataclass(frozen=True)
 class InstalledOperator:
     """Where the chart's release lives, and the local operator process when the backend runs one."""
@@ -104,11 +111,7 @@ def installed_operator(cluster: Cluster, backend: str, namespace: str, work: Pat
         kubeconfig = service_account_kubeconfig(cluster, namespace, fullname(release), work / "operator.kubeconfig")
         with OperatorProcess(kubeconfig, work / "operator.log") as process:
             try:
-                cluster.wait_for(
-                    "the operator's webhook registration",
-                    lambda: f":{process.webhook_port}/" in webhook_url(cluster),
-                    timeout=30,
-                )
+                wait_webhook_registered(cluster, process)
                 yield InstalledOperator(release, namespace, process)
             finally:
                 print(f"operator log: {work / 'operator.log'}\n{process.log_tail(60)}")

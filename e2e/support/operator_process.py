@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WEBHOOK_CONFIGURATION = "disaggspec.io"
 
 

@@ -11,9 +11,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from disaggspec.api import crd as gen
 from disaggspec.validation import ALL_RULES, RULES
-from tests.unit.dss_cases import REPO_ROOT
+from tools import crd as gen
+from tools.common import repo_root
+
+REPO_ROOT = repo_root()
 
 Schema = dict[str, Any]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import Cluster
+from e2e.support.kube import Cluster
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings"
 DEFAULT_BOOTSTRAP_PORT = 8998
@@ -47,6 +47,11 @@ def wait_ready(cluster: Cluster, namespace: str, name: str, timeout: int = 90) -
 def children(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = get(cluster, namespace, CHILD_KINDS, "-l", f"disaggspec.io/service={name}")["items"]
     return items
+
+
+def child_versions(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
+    """uid -> resourceVersion of every child: the same map later means no child was written, deleted or recreated."""
+    return {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in children(cluster, namespace, name)}
 
 
 def pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:

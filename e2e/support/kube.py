@@ -1,7 +1,7 @@
 """A handle on one cluster: its kubeconfig, and kubectl and helm bound to it (the binaries `make cluster-build` built).
 
-Used by the test suites (through e2e/fixtures.py) and by `make demo`; it raises `CommandFailed` (an AssertionError, so
-pytest reports it as a failure with the command's output) when a call that had to succeed did not.
+Used by the test suites (through e2e/support/fixtures.py) and by `make demo`; it raises `CommandFailed` (an
+AssertionError, so pytest reports it as a failure with the command's output) when a call that had to succeed did not.
 """
 
 from __future__ import annotations

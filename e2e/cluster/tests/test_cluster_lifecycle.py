@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import build, controlplane
+from e2e.cluster import build, controlplane, processes
 from e2e.cluster.controlplane import ClusterError, LocalCluster, Ports
 
 # Far from the session cluster's and the demo cluster's ports.
@@ -79,7 +79,7 @@ def test_component_dying_during_start_leaves_nothing_running(
             scratch_cluster.up(port_base=PORT_BASE, timeout=60)
     assert set(recorded) == {"etcd", "kube-apiserver"}
     for pid in recorded.values():
-        assert not controlplane._alive(pid), f"pid {pid} survived a failed start"
+        assert not processes.alive(pid), f"pid {pid} survived a failed start"
     assert not scratch_cluster.directory.exists()
 
 

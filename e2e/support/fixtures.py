@@ -13,16 +13,18 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from e2e.cluster.controlplane import LocalCluster, port_free
-from e2e.kube import Cluster, CommandFailed
+from e2e.cluster.controlplane import LocalCluster
+from e2e.cluster.processes import port_free
+from e2e.support.kube import Cluster, CommandFailed
 
 __all__ = ["Cluster", "CommandFailed"]
 
-STATE_ROOT = Path(__file__).resolve().parents[1] / ".state"
+STATE_ROOT = Path(__file__).resolve().parents[2] / ".state"
 TEST_PORT_BASE = 17379
 PORTS_PER_CLUSTER = 10
 
@@ -90,7 +92,7 @@ def cluster() -> Iterator[Cluster]:
         local.down()
 
 
-CRD_FILE = Path(__file__).resolve().parents[1] / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "disaggspecservices.disaggspec.io.yaml"
 CRD_NAME = "disaggspecservices.disaggspec.io"
 
 
@@ -114,15 +116,25 @@ def installed_crd(cluster: Cluster) -> Cluster:
     return cluster
 
 
+@contextmanager
+def fresh_namespace(cluster: Cluster, stem: str) -> Iterator[str]:
+    """A new namespace `t-<stem>-<random>` with its `default` ServiceAccount (pods are rejected until it exists),
+    deleted (without waiting) when the block ends."""
+    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        cluster.wait_for(
+            f"ServiceAccount default in {name}",
+            lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        )
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace with its `default` ServiceAccount (pods are rejected until it exists); deleted afterwards."""
+    """A fresh namespace per test, named after the test; deleted afterwards."""
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    cluster.wait_for(
-        f"ServiceAccount default in {name}",
-        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-    )
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    with fresh_namespace(cluster, slug) as name:
+        yield name

@@ -1,0 +1,133 @@
+"""The status vocabulary: every condition reason and Event reason the operator writes, each with what it means.
+
+`status.py` and `reconcile.py` use these constants and never a literal, so this module is the whole list; the
+conditions reference (`docs/reference/conditions.md`) is generated from it, as gateway-api documents its conditions.
+Condition types themselves are in `constants.py` (`CONDITION_*`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from disaggspec import constants as c
+
+
+@dataclass(frozen=True)
+class ConditionReason:
+    """One (condition type, status, reason) the operator sets, and what a user should read into it."""
+
+    condition: str
+    status: Literal["True", "False"]
+    reason: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class EventReason:
+    """One Event reason the operator emits on a DisaggSpecService."""
+
+    reason: str
+    type: Literal["Normal", "Warning"]
+    meaning: str
+
+
+# ---- Ready ---------------------------------------------------------------------------------------------------------
+READY_ALL_REPLICAS: Final = ConditionReason(
+    c.CONDITION_READY, "True", "AllReplicasReady", "Prefill, decode and router have every replica updated and ready."
+)
+READY_ROLLOUT_IN_PROGRESS: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "RolloutInProgress",
+    "Some replicas are not updated or ready yet; the message names the pools.",
+)
+READY_INVALID_SPEC: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "InvalidSpec",
+    "The spec breaks a rule; see SpecConfigConsistent. Children are left as they were.",
+)
+READY_APPLY_FAILED: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "ApplyFailed",
+    "Every replica is ready, but the last apply of a child failed; see Degraded.",
+)
+
+# ---- SpecConfigConsistent ------------------------------------------------------------------------------------------
+CONSISTENT_ALL_RULES_PASSED: Final = ConditionReason(
+    c.CONDITION_SPEC_CONSISTENT, "True", "AllRulesPassed", "Prefill and decode agree: the spec passed the rule table."
+)
+CONSISTENT_RULE_VIOLATED: Final = ConditionReason(
+    c.CONDITION_SPEC_CONSISTENT,
+    "False",
+    "RuleViolated",
+    "The spec breaks one or more rules; the message lists each as `[rule-id] field: message` with the fix.",
+)
+
+# ---- Progressing ---------------------------------------------------------------------------------------------------
+PROGRESSING_ROLLING_OUT: Final = ConditionReason(
+    c.CONDITION_PROGRESSING,
+    "True",
+    "RollingOut",
+    "Children were applied and a pool or the router is still rolling out.",
+)
+PROGRESSING_ROLLOUT_COMPLETE: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "RolloutComplete", "Every replica runs the latest template."
+)
+PROGRESSING_INVALID_SPEC: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "InvalidSpec", "Nothing rolls out while the spec is rejected."
+)
+
+# ---- Degraded ------------------------------------------------------------------------------------------------------
+DEGRADED_APPLY_FAILED: Final = ConditionReason(
+    c.CONDITION_DEGRADED, "True", "ApplyFailed", "The API server refused a child write; the message says which and why."
+)
+DEGRADED_ROLLOUT_STUCK: Final = ConditionReason(
+    c.CONDITION_DEGRADED,
+    "True",
+    "RolloutStuck",
+    "A Deployment exceeded its progress deadline or reports a replica failure; the message names the pool.",
+)
+DEGRADED_AS_EXPECTED: Final = ConditionReason(c.CONDITION_DEGRADED, "False", "AsExpected", "No failure is known.")
+
+CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
+    READY_ALL_REPLICAS,
+    READY_ROLLOUT_IN_PROGRESS,
+    READY_INVALID_SPEC,
+    READY_APPLY_FAILED,
+    CONSISTENT_ALL_RULES_PASSED,
+    CONSISTENT_RULE_VIOLATED,
+    PROGRESSING_ROLLING_OUT,
+    PROGRESSING_ROLLOUT_COMPLETE,
+    PROGRESSING_INVALID_SPEC,
+    DEGRADED_APPLY_FAILED,
+    DEGRADED_ROLLOUT_STUCK,
+    DEGRADED_AS_EXPECTED,
+)
+"""Every condition reason, in the order the conditions reference lists them."""
+
+# ---- Events --------------------------------------------------------------------------------------------------------
+EVENT_SPEC_REJECTED: Final = EventReason(
+    "SpecRejected", "Warning", "Reconcile found rule violations (once per distinct message); no child was changed."
+)
+EVENT_CHILDREN_APPLIED: Final = EventReason(
+    "ChildrenApplied", "Normal", "Children were created, updated or pruned; the message lists them."
+)
+EVENT_READY: Final = EventReason("Ready", "Normal", "The service became Ready.")
+EVENT_APPLY_FAILED: Final = EventReason(
+    DEGRADED_APPLY_FAILED.reason, "Warning", "Degraded turned True because a child write failed (once per message)."
+)
+EVENT_ROLLOUT_STUCK: Final = EventReason(
+    DEGRADED_ROLLOUT_STUCK.reason, "Warning", "Degraded turned True because a rollout is stuck (once per message)."
+)
+
+EVENT_REASONS: Final[tuple[EventReason, ...]] = (
+    EVENT_SPEC_REJECTED,
+    EVENT_CHILDREN_APPLIED,
+    EVENT_READY,
+    EVENT_APPLY_FAILED,
+    EVENT_ROLLOUT_STUCK,
+)
+"""Every Event reason; Events are emitted only after the status write and only on transitions."""

@@ -1,0 +1,239 @@
+"""Reconciler passes against an in-memory API server (`fakes.FakeClient`): what a pass writes, and what it does not.
+
+No cluster: each case runs in milliseconds. The integration suite covers the same flows against a real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any, cast
+
+import kopf
+import pytest
+
+from disaggspec import apply, handlers
+from disaggspec import conditions as r
+from disaggspec import constants as c
+from disaggspec.childcache import ServiceCache
+from disaggspec.config import OperatorConfig
+from disaggspec.reconcile import Reconciler
+from tests.unit.dss_cases import edited
+from tests.unit.fakes import Event, FakeClient
+
+NAMESPACE = "team"
+NAME = "base"
+CHILD_COUNT = 9
+"""ServiceAccount, Role, RoleBinding, three Services and three Deployments."""
+
+INVALID = {"spec.decode.speculative": {"algorithm": "EAGLE"}}
+"""Breaks spec-algorithm-match: decode would propose with EAGLE while prefill runs EAGLE3."""
+
+
+def _manifest(edits: dict[str, Any] | None = None) -> dict[str, Any]:
+    obj = edited(edits or {})
+    obj["metadata"]["namespace"] = NAMESPACE
+    return obj
+
+
+def _reconciler(client: FakeClient) -> Reconciler:
+    ticks = itertools.count(1)
+    return Reconciler(
+        client, OperatorConfig(), client.post_event, services=ServiceCache(), clock=lambda: f"T{next(ticks)}"
+    )
+
+
+def _pass(reconciler: Reconciler, client: FakeClient) -> None:
+    reconciler.reconcile(NAMESPACE, NAME, client.children)
+
+
+def _conditions(client: FakeClient) -> dict[str, dict[str, Any]]:
+    return {cond["type"]: cond for cond in client.service(NAMESPACE, NAME)["status"]["conditions"]}
+
+
+def _body(obj: dict[str, Any]) -> kopf.Body:
+    """`obj` as kopf hands it to an admission handler."""
+    return kopf.Body(cast(kopf.RawBody, copy.deepcopy(obj)))
+
+
+def _status_path() -> str:
+    return f"{apply.SERVICE_RESOURCE.item(NAMESPACE, NAME)}/status"
+
+
+def _converged(edits: dict[str, Any] | None = None) -> tuple[FakeClient, Reconciler]:
+    """A service whose children exist and whose status counts them; the records are cleared."""
+    client = FakeClient()
+    client.create(_manifest(edits))
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)  # applies the children
+    _pass(reconciler, client)  # sees them: the status now counts the pools' replicas
+    client.reset()
+    return client, reconciler
+
+
+def test_a_new_service_gets_every_child_and_a_progressing_status() -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    _pass(_reconciler(client), client)
+
+    child_writes = [path for method, path in client.writes if path != _status_path()]
+    assert len(child_writes) == CHILD_COUNT
+    assert {obj["kind"] for obj in client.children(NAMESPACE, NAME)} == {k.kind for k in apply.OWNED_KINDS}
+    assert client.writes[-1] == ("PATCH", _status_path())
+    # A service without status never had children: the only read is the service itself (the cache was cold).
+    assert [path for method, path in client.requests if method == "GET"] == [
+        apply.SERVICE_RESOURCE.item(NAMESPACE, NAME)
+    ]
+    status = client.service(NAMESPACE, NAME)["status"]
+    assert status["observedGeneration"] == 1 and status["specFingerprint"] and status["endpoint"]
+    conditions = _conditions(client)
+    assert (conditions["Progressing"]["status"], conditions["Progressing"]["reason"]) == ("True", "RollingOut")
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "RolloutInProgress")
+    assert conditions["SpecConfigConsistent"]["status"] == "True"
+    assert conditions["Degraded"]["status"] == "False"
+    assert [(e.type, e.reason) for e in client.events] == [("Normal", r.EVENT_CHILDREN_APPLIED.reason)]
+
+
+def test_a_pass_over_unchanged_children_sends_no_request() -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+    client.reset()
+    _pass(reconciler, client)
+    # The children are seen now: only the pools' replica counts change, no child is written.
+    assert client.writes == [("PATCH", _status_path())]
+    assert client.events == []
+    before = client.service(NAMESPACE, NAME)["status"]
+    client.reset()
+    _pass(reconciler, client)
+    assert client.requests == []  # service and children from the caches, nothing to write
+    assert client.events == []
+    assert client.service(NAMESPACE, NAME)["status"] == before
+
+
+def test_an_invalid_spec_changes_no_child_and_is_reported_once() -> None:
+    client = FakeClient()
+    client.create(_manifest(INVALID))
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+
+    assert client.writes == [("PATCH", _status_path())]
+    assert client.children(NAMESPACE, NAME) == []
+    consistent = _conditions(client)["SpecConfigConsistent"]
+    assert (consistent["status"], consistent["reason"]) == ("False", r.CONSISTENT_RULE_VIOLATED.reason)
+    assert consistent["message"].startswith("[spec-algorithm-match] spec.decode.speculative.algorithm: ")
+    assert _conditions(client)["Ready"]["reason"] == r.READY_INVALID_SPEC.reason
+    assert client.events == [Event(NAME, "Warning", r.EVENT_SPEC_REJECTED.reason, consistent["message"])]
+
+    client.reset()
+    _pass(reconciler, client)
+    assert client.requests == [] and client.events == []
+
+
+def test_an_invalid_edit_keeps_the_children_and_what_they_run() -> None:
+    client, reconciler = _converged()
+    before = client.service(NAMESPACE, NAME)["status"]
+    # The user's edit, as the service watch delivers it to the cache.
+    reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(INVALID)["spec"]))
+    client.reset()
+    _pass(reconciler, client)
+    assert client.writes == [("PATCH", _status_path())]
+    after = client.service(NAMESPACE, NAME)["status"]
+    assert after["observedGeneration"] == 2
+    assert (after["specFingerprint"], after["endpoint"]) == (before["specFingerprint"], before["endpoint"])
+    assert [e.reason for e in client.events] == [r.EVENT_SPEC_REJECTED.reason]
+
+
+def test_a_spec_the_models_refuse_is_a_schema_rejection() -> None:
+    client = FakeClient()
+    client.create(_manifest({"spec.decode.noSuchField": 1}))
+    _pass(_reconciler(client), client)
+    consistent = _conditions(client)["SpecConfigConsistent"]
+    assert consistent["status"] == "False"
+    assert consistent["message"].startswith("[schema] spec.decode.noSuchField: ")
+    assert client.children(NAMESPACE, NAME) == []
+
+
+def test_admission_refuses_with_the_message_reconcile_reports() -> None:
+    client = FakeClient()
+    manifest = _manifest(INVALID)
+    client.create(manifest)
+    _pass(_reconciler(client), client)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        handlers.admit(body=_body(manifest), operation="CREATE")
+    assert str(refused.value) == _conditions(client)["SpecConfigConsistent"]["message"]
+    handlers.admit(body=_body(_manifest()), operation="CREATE")  # a valid spec passes
+
+
+def test_an_apply_error_is_degraded_and_announced_once() -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    decode = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-decode")
+    client.refuse[decode] = apply.ApiError(403, "PATCH", decode, "denied by policy")
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+
+    degraded = _conditions(client)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", r.DEGRADED_APPLY_FAILED.reason)
+    assert degraded["message"] == f"PATCH {decode}: HTTP 403: denied by policy"
+    assert client.events == [Event(NAME, "Warning", r.EVENT_APPLY_FAILED.reason, degraded["message"])]
+
+    client.reset()
+    _pass(reconciler, client)  # fails the same way: no new Event
+    assert [e.reason for e in client.events] == []
+
+    del client.refuse[decode]
+    _pass(reconciler, client)
+    assert _conditions(client)["Degraded"]["status"] == "False"
+
+
+def test_ready_is_announced_only_on_the_transition() -> None:
+    client, reconciler = _converged()
+    client.roll_out(NAMESPACE)
+    _pass(reconciler, client)
+    ready = _conditions(client)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", r.READY_ALL_REPLICAS.reason)
+    assert client.events == [Event(NAME, "Normal", r.EVENT_READY.reason, ready["message"])]
+    assert client.writes == [("PATCH", _status_path())]
+
+    client.reset()
+    _pass(reconciler, client)
+    assert client.requests == [] and client.events == []
+
+
+def test_a_child_no_longer_rendered_is_pruned_and_a_foreign_one_kept() -> None:
+    client, reconciler = _converged()
+    owner_uid = client.service(NAMESPACE, NAME)["metadata"]["uid"]
+    labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_SERVICE: NAME}
+
+    def service(name: str, owner: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": labels,
+                "ownerReferences": [{"apiVersion": c.API_VERSION, "kind": c.KIND, "name": NAME, "uid": owner}],
+            },
+            "spec": {},
+        }
+
+    client.create(service(f"{NAME}-old", owner_uid))
+    client.create(service(f"{NAME}-foreign", "someone-else"))
+    _pass(reconciler, client)
+
+    stale = apply.SERVICE.item(NAMESPACE, f"{NAME}-old")
+    assert client.writes == [("DELETE", stale)]
+    assert stale not in client.objects
+    assert apply.SERVICE.item(NAMESPACE, f"{NAME}-foreign") in client.objects
+    assert client.events == [
+        Event(NAME, "Normal", r.EVENT_CHILDREN_APPLIED.reason, "applied [], pruned ['Service/base-old']")
+    ]
+
+
+def test_a_deleted_service_is_left_alone() -> None:
+    client = FakeClient()
+    _pass(_reconciler(client), client)
+    assert client.requests == [("GET", apply.SERVICE_RESOURCE.item(NAMESPACE, NAME))]
