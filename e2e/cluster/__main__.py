@@ -1,4 +1,6 @@
-"""Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}`."""
+"""Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}`, and for
+fault injection `python -m e2e.cluster {stop,start,restart} <component>` (etcd, apiserver, controller-manager,
+scheduler, kwok): one process stopped or brought back with its flags, ports and data."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import sys
 from pathlib import Path
 
 from e2e.cluster import build
-from e2e.cluster.controlplane import ClusterError, LocalCluster, NodeShape
+from e2e.cluster.controlplane import COMPONENT_ALIASES, COMPONENTS, ClusterError, LocalCluster, NodeShape
+
+COMPONENT_NAMES = sorted(set(COMPONENTS) | set(COMPONENT_ALIASES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("status", help="show processes, health and nodes")
     commands.add_parser("env", help="print shell exports: KUBECONFIG and PATH with kubectl and helm")
     commands.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    for verb, text in (
+        ("stop", "stop one component, keeping its data (fault injection)"),
+        ("start", "start one stopped component with its flags, ports and data; wait until it is healthy"),
+        ("restart", "stop then start one component; wait until it is healthy"),
+    ):
+        one = commands.add_parser(verb, help=text)
+        one.add_argument("component", choices=COMPONENT_NAMES)
     args = parser.parse_args(argv)
     cluster = LocalCluster(args.dir)
     try:
@@ -43,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"export PATH={':'.join(str(b) for b in bins)}:$PATH")
         elif args.command == "kubeconfig":
             print(cluster.require_state().kubeconfig)
+        elif args.command == "stop":
+            cluster.stop_component(args.component)
+        elif args.command == "start":
+            cluster.start_component(args.component)
+        elif args.command == "restart":
+            cluster.restart_component(args.component)
     except (ClusterError, build.BuildError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

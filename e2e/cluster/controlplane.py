@@ -4,8 +4,10 @@ Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log an
 `cluster.json` that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
 to be healthy, and on any failure stops what it started and removes the state, so nothing is left half-running.
 `down` stops exactly the processes recorded in the state (it checks each PID's command line before signalling it, so
-a recycled PID is never killed) and is idempotent. All listeners bind to 127.0.0.1. The process supervision (ports,
-PID ownership, liveness, stopping) lives in `processes.py`.
+a recycled PID is never killed) and is idempotent. For fault injection, `stop_component`, `start_component` and
+`restart_component` act on one process: it comes back with the same flags, ports and data directory (etcd keeps its
+data, so every object survives), and a start returns once it is healthy. All listeners bind to 127.0.0.1. The
+process supervision (ports, PID ownership, liveness, stopping) lives in `processes.py`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ KWOK_STAGE_FILES = (
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+"""Every process of the local control plane, in start order (the keys of `State.pids`)."""
+COMPONENT_ALIASES = {
+    "apiserver": "kube-apiserver",
+    "controller-manager": "kube-controller-manager",
+    "scheduler": "kube-scheduler",
+}
 
 
 class ClusterError(RuntimeError):
@@ -158,6 +169,8 @@ class LocalCluster:
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = (directory or default_state_dir()).resolve()
+        # The processes this object started (so a start can fail fast when one exits); `down` works from the PIDs.
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # ---- queries -----------------------------------------------------------------------------------------------
 
@@ -289,20 +302,49 @@ class LocalCluster:
             keys.client_key(pki.ADMIN),
             "admin",
         )
-        kubeconfigs = {}
         for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK):
             path = d / f"{client.filename}.kubeconfig"
             _write_kubeconfig(
                 path, state.server, keys.ca_cert, keys.client_cert(client), keys.client_key(client), client.user
             )
-            kubeconfigs[client.filename] = path
+        stages = build.KWOK.directory / "stage"
+        (d / "kwok-stages.yaml").write_text("\n---\n".join((stages / f).read_text() for f in KWOK_STAGE_FILES))
+
+        self._start_component(state, "etcd", timeout)
+        self._start_component(state, "kube-apiserver", timeout)
+        # The controller-manager and the scheduler start together, then are waited for in turn.
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            self._procs[name] = self._spawn(state, name, self._argv(state, name))
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            self._wait(state, name, self._procs[name], self._probe(state, name), timeout)
+        self._start_component(state, "kwok", timeout)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fake_nodes(state.nodes)))
+        self._wait_nodes_ready(state, self._procs["kwok"], timeout)
+
+    def _start_component(self, state: State, name: str, timeout: float) -> None:
+        proc = self._spawn(state, name, self._argv(state, name))
+        self._procs[name] = proc
+        self._wait(state, name, proc, self._probe(state, name), timeout)
+
+    def _probe(self, state: State, name: str) -> str:
+        """The URL that answers 200 once component `name` is healthy."""
+        p = state.ports
+        return {
+            "etcd": f"http://{LOOPBACK}:{p.etcd_client}/health",
+            "kube-apiserver": f"{state.server}/readyz",
+            "kube-controller-manager": f"https://{LOOPBACK}:{p.controller_manager}/healthz",
+            "kube-scheduler": f"https://{LOOPBACK}:{p.scheduler}/healthz",
+            "kwok": f"http://{LOOPBACK}:{p.kwok}/healthz",
+        }[name]
+
+    def _argv(self, state: State, name: str) -> list[str]:
+        """The command line of component `name`: the same on every start, so a restart keeps flags, ports and data."""
+        d = state.directory
+        keys = pki.Pki(d / "pki")
         p = state.ports
         k8s = build.KUBERNETES
-
-        etcd = self._spawn(
-            state,
-            "etcd",
-            [
+        if name == "etcd":
+            return [
                 str(build.ETCD.path("etcd")),
                 "--name=local",
                 f"--data-dir={d / 'etcd'}",
@@ -315,14 +357,9 @@ class LocalCluster:
                 "--log-level=warn",
                 # Test data is disposable: skip fsync so 2-core CI machines are not I/O bound.
                 "--unsafe-no-fsync",
-            ],
-        )
-        self._wait(state, "etcd", etcd, f"http://{LOOPBACK}:{p.etcd_client}/health", timeout)
-
-        apiserver = self._spawn(
-            state,
-            "kube-apiserver",
-            [
+            ]
+        if name == "kube-apiserver":
+            return [
                 str(k8s.path("kube-apiserver")),
                 f"--etcd-servers=http://{LOOPBACK}:{p.etcd_client}",
                 f"--bind-address={LOOPBACK}",
@@ -342,17 +379,14 @@ class LocalCluster:
                 "--profiling=false",
                 f"--cert-dir={d / 'apiserver-certs'}",
                 "--v=1",
-            ],
-        )
-        self._wait(state, "kube-apiserver", apiserver, f"{state.server}/readyz", timeout)
-
-        controller_manager = self._spawn(
-            state,
-            "kube-controller-manager",
-            [
+            ]
+        if name == "kube-controller-manager":
+            return [
                 str(k8s.path("kube-controller-manager")),
                 *_controller_flags(
-                    kubeconfigs["controller-manager"], p.controller_manager, d / "controller-manager-certs"
+                    d / f"{pki.CONTROLLER_MANAGER.filename}.kubeconfig",
+                    p.controller_manager,
+                    d / "controller-manager-certs",
                 ),
                 f"--service-account-private-key-file={keys.sa_key}",
                 f"--root-ca-file={keys.ca_cert}",
@@ -361,39 +395,81 @@ class LocalCluster:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # Each controller acts as its own ServiceAccount with the bootstrap RBAC roles, as kubeadm does.
                 "--use-service-account-credentials=true",
-            ],
-        )
-        scheduler = self._spawn(
-            state,
-            "kube-scheduler",
-            [
+            ]
+        if name == "kube-scheduler":
+            return [
                 str(k8s.path("kube-scheduler")),
-                *_controller_flags(kubeconfigs["scheduler"], p.scheduler, d / "scheduler-certs"),
-            ],
-        )
-        probe_cm = f"https://{LOOPBACK}:{p.controller_manager}/healthz"
-        self._wait(state, "kube-controller-manager", controller_manager, probe_cm, timeout)
-        self._wait(state, "kube-scheduler", scheduler, f"https://{LOOPBACK}:{p.scheduler}/healthz", timeout)
-
-        stages = build.KWOK.directory / "stage"
-        kwok_config = d / "kwok-stages.yaml"
-        kwok_config.write_text("\n---\n".join((stages / f).read_text() for f in KWOK_STAGE_FILES))
-        kwok = self._spawn(
-            state,
-            "kwok",
-            [
+                *_controller_flags(d / f"{pki.SCHEDULER.filename}.kubeconfig", p.scheduler, d / "scheduler-certs"),
+            ]
+        if name == "kwok":
+            return [
                 str(build.KWOK.path("kwok")),
-                f"--kubeconfig={kubeconfigs['kwok']}",
-                f"--config={kwok_config}",
+                f"--kubeconfig={d / f'{pki.KWOK.filename}.kubeconfig'}",
+                f"--config={d / 'kwok-stages.yaml'}",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
                 f"--cidr={POD_CIDR}",
                 f"--node-ip={LOOPBACK}",
                 f"--server-address={LOOPBACK}:{p.kwok}",
-            ],
-        )
-        self._wait(state, "kwok", kwok, f"http://{LOOPBACK}:{p.kwok}/healthz", timeout)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fake_nodes(state.nodes)))
-        self._wait_nodes_ready(state, kwok, timeout)
+            ]
+        raise ClusterError(f"unknown component {name!r}: one of {', '.join(COMPONENTS)}")
+
+    # ---- one component at a time (fault injection) -------------------------------------------------------------
+
+    def _component(self, name: str) -> str:
+        canonical = COMPONENT_ALIASES.get(name, name)
+        if canonical not in COMPONENTS:
+            choices = ", ".join(sorted(set(COMPONENT_ALIASES) | set(COMPONENTS)))
+            raise ClusterError(f"unknown component {name!r}: one of {choices}")
+        return canonical
+
+    def _ports_of(self, state: State, name: str) -> list[int]:
+        p = state.ports
+        return {
+            "etcd": [p.etcd_client, p.etcd_peer],
+            "kube-apiserver": [p.apiserver],
+            "kube-controller-manager": [p.controller_manager],
+            "kube-scheduler": [p.scheduler],
+            "kwok": [p.kwok],
+        }[name]
+
+    def stop_component(self, name: str, grace: float = 15.0) -> None:
+        """Stop one component (SIGTERM, then SIGKILL after `grace` seconds); its data directory and recorded flags
+        stay, so `start_component` brings back the same process. A component that is not running is left alone.
+
+        kube-apiserver may use the whole grace period when a client holds a connection without reading it (a
+        SIGSTOPped operator): pass a short one to turn the stop into a crash instead."""
+        component = self._component(name)
+        state = self.require_state()
+        pid = state.pids.get(component)
+        if pid is not None:
+            stop_pid(component, pid, self.directory, timeout=grace)
+        self._procs.pop(component, None)
+        log(f"{component} stopped")
+
+    def start_component(self, name: str, timeout: float = 90.0) -> None:
+        """Start one stopped component with the flags, ports and data directory it had, and wait until it is
+        healthy. Refuses when it is still running (stop it first, or use `restart_component`)."""
+        component = self._component(name)
+        state = self.require_state()
+        pid = state.pids.get(component)
+        if pid is not None and alive(pid) and is_ours(pid, self.directory):
+            raise ClusterError(f"{component} is already running (pid {pid}): use restart")
+        # The kernel may hold the port for a moment after the old process exited.
+        deadline = time.monotonic() + 15
+        ports = self._ports_of(state, component)
+        while not all(port_free(port) for port in ports):
+            if time.monotonic() > deadline:
+                busy = [str(port) for port in ports if not port_free(port)]
+                raise ClusterError(f"cannot start {component}: port(s) {', '.join(busy)} still in use")
+            time.sleep(0.1)
+        started = time.monotonic()
+        self._start_component(state, component, timeout)
+        log(f"{component} started (pid {state.pids[component]}) and healthy in {time.monotonic() - started:.1f}s")
+
+    def restart_component(self, name: str, timeout: float = 90.0, grace: float = 15.0) -> None:
+        """`stop_component` then `start_component`: same flags, ports and data; returns once it is healthy."""
+        self.stop_component(name, grace)
+        self.start_component(name, timeout)
 
     def _wait_nodes_ready(self, state: State, kwok: subprocess.Popen[bytes], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -5,7 +5,11 @@ Run: `.venv/bin/python -m e2e.perf.bench_reconcile [--services 100 500] [--laten
 It starts a private local cluster with enough kwok GPU nodes for the largest run, installs the CRD, starts the real
 operator (webhook off: this measures reconcile, not admission) and measures:
   1. apply -> all 9 children present, for one service at a time (p50/p95 over --latency-samples);
-  2. time for N services created at once to all report Ready=True (for each N in --services);
+  2. time for N services created at once to all report Ready=True (for each N in --services), and what that
+     convergence cost per service: reconcile passes (`disaggspec_reconcile_duration_seconds_count`), status writes
+     (the operator's PATCHes `disaggspec_api_writes_total{method="PATCH"}` less its child applies
+     `disaggspec_child_writes_total{operation="apply"}`, both server-side apply and status merge-patch being PATCH;
+     cross-checked with the API server's `PATCH disaggspecservices/status`), child writes, and operator CPU ms;
   3. write requests during a no-op resync of the largest N: the operator is restarted, so it lists and reconciles
      every service again; writes are counted by the operator (`disaggspec_api_writes_total`) and by the API server
      (`apiserver_request_total` for the owned kinds, verbs other than GET/LIST/WATCH);
@@ -181,6 +185,37 @@ def print_cpu(cluster: LocalCluster, operator: OperatorProcess | None, before: d
     )
 
 
+def convergence_counters(cluster: LocalCluster, operator: OperatorProcess) -> dict[str, float]:
+    """The operator's counters the per-service convergence figures are computed from, and the API server's count of
+    status writes to DisaggSpecServices."""
+    return {
+        "passes": operator.metric_total("disaggspec_reconcile_duration_seconds_count"),
+        "patches": operator.metric("disaggspec_api_writes_total", method="PATCH"),
+        "applies": operator.metric("disaggspec_child_writes_total", operation="apply"),
+        "child_writes": operator.metric_total("disaggspec_child_writes_total"),
+        "apiserver_status": float(apiserver_writes(cluster).get("PATCH disaggspecservices/status", 0)),
+    }
+
+
+def print_convergence_cost(
+    cluster: LocalCluster,
+    operator: OperatorProcess,
+    count: int,
+    before: dict[str, float],
+    cpu_before: dict[str, float],
+) -> None:
+    """Figure 2's cost per service: passes, status writes, child writes and operator CPU since `before`."""
+    after = convergence_counters(cluster, operator)
+    delta = {k: after[k] - before[k] for k in after}
+    status_writes = delta["patches"] - delta["applies"]
+    cpu = cpu_seconds(cluster, operator)["operator"] - cpu_before.get("operator", 0.0)
+    print(
+        f"  per service: {delta['passes'] / count:.2f} reconcile passes, {status_writes / count:.2f} status writes "
+        f"(API server: {delta['apiserver_status'] / count:.2f}), {delta['child_writes'] / count:.2f} child writes, "
+        f"operator CPU {1000 * cpu / count:.0f} ms"
+    )
+
+
 def control_plane_floor(cluster: LocalCluster, api: apply.Client, count: int) -> None:
     """Figure 5: the children of `count` services applied with no operator, until every Deployment is available."""
     namespace = "floor"
@@ -295,6 +330,7 @@ def main() -> None:
             prefix = f"s{count}-"
             names = [f"{prefix}{i}" for i in range(count)]
             cpu_before = cpu_seconds(cluster, operator)
+            cost_before = convergence_counters(cluster, operator)
             t0 = time.monotonic()
             create_many(cluster, names)
             created = time.monotonic() - t0
@@ -308,6 +344,7 @@ def main() -> None:
                 f"(creating took {created:.1f} s)"
             )
             print_cpu(cluster, operator, cpu_before, t0)
+            print_convergence_cost(cluster, operator, count, cost_before, cpu_before)
             if count != largest:
                 cluster.kubectl("delete", "dss", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s")
                 time.sleep(5)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster.controlplane import LocalCluster
+from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.cluster.processes import port_free
 from e2e.support.kube import Cluster, CommandFailed
 
@@ -68,11 +68,30 @@ def _clear_abandoned_test_clusters() -> None:
             LocalCluster(directory).down(quiet=True)
 
 
-def _free_port_base() -> int:
-    for base in range(TEST_PORT_BASE, TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER, PORTS_PER_CLUSTER):
+def _free_port_base(first: int = TEST_PORT_BASE) -> int:
+    for base in range(first, first + 50 * PORTS_PER_CLUSTER, PORTS_PER_CLUSTER):
         if all(port_free(port) for port in range(base, base + PORTS_PER_CLUSTER)):
             return base
-    raise RuntimeError(f"no free loopback port range above {TEST_PORT_BASE}")
+    raise RuntimeError(f"no free loopback port range above {first}")
+
+
+PRIVATE_PORT_BASE = TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER
+"""Private clusters take their ports from above the session clusters' range."""
+
+
+@contextmanager
+def private_cluster(stem: str, nodes: int = 4) -> Iterator[tuple[LocalCluster, Cluster]]:
+    """A local control plane of its own (state directory, ports), with the CRD installed, for tests that stop or
+    restart its components; stopped when the block ends. The session cluster is never touched."""
+    _clear_abandoned_test_clusters()
+    local = LocalCluster(STATE_ROOT / f"test-cluster-{stem}-{os.getpid()}")
+    state = local.up(port_base=_free_port_base(PRIVATE_PORT_BASE), nodes=NodeShape(count=nodes), timeout=180)
+    try:
+        handle = Cluster(state.kubeconfig, local=True)
+        install_crd(handle)
+        yield local, handle
+    finally:
+        local.down()
 
 
 @pytest.fixture(scope="session")
@@ -104,9 +123,8 @@ def crd_established(cluster: Cluster) -> bool:
     return got.stdout.strip() == "True"
 
 
-@pytest.fixture(scope="session")
-def installed_crd(cluster: Cluster) -> Cluster:
-    """The session cluster with the committed CRD installed, established and served."""
+def install_crd(cluster: Cluster) -> Cluster:
+    """Install the committed CRD; return once it is established and served."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     cluster.wait_for("the CRD to be Established", lambda: crd_established(cluster))
     cluster.wait_for(
@@ -114,6 +132,12 @@ def installed_crd(cluster: Cluster) -> Cluster:
         lambda: cluster.kubectl("get", "disaggspecservices", "-A", check=False).returncode == 0,
     )
     return cluster
+
+
+@pytest.fixture(scope="session")
+def installed_crd(cluster: Cluster) -> Cluster:
+    """The session cluster with the committed CRD installed, established and served."""
+    return install_crd(cluster)
 
 
 @contextmanager

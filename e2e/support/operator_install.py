@@ -20,9 +20,10 @@ from e2e.support.kube import Cluster
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "disaggspec-operator"
+# DISAGGSPEC_CHART: another checkout's chart (with DISAGGSPEC_OPERATOR_SOURCE, to run a suite against an older commit).
+CHART = Path(os.environ.get("DISAGGSPEC_CHART") or REPO / "charts" / "disaggspec-operator")
 CHART_NAME = "disaggspec-operator"
-WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+WEBHOOK_KINDS = ("validatingwebhookconfiguration",)
 KIND_GPU_RELEASE = "disaggspec"
 KIND_GPU_NAMESPACE = "disaggspec-system"
 
@@ -53,8 +54,8 @@ def service_account_kubeconfig(
 
 
 def clear_foreign_webhook_configurations(cluster: Cluster) -> None:
-    """kopf (a suite's directly-run operator) leaves an empty `disaggspec.io` configuration behind; helm would refuse
-    to adopt it."""
+    """A directly-run operator writes the `disaggspec.io` configuration itself (and leaves it, as it never empties it);
+    helm would refuse to adopt it."""
     for kind in WEBHOOK_KINDS:
         got = cluster.kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json", check=False)
         if got.returncode == 0:
@@ -81,6 +82,52 @@ def wait_webhook_registered(
     cluster.wait_for(description, lambda: f":{process.webhook_port}/" in webhook_url(cluster), timeout=30)
 
 
+# Flags the local process sets itself: where it listens, and the certificate paths inside the chart's pod.
+_LOCAL_FLAGS = (
+    "--metrics-addr",
+    "--metrics-port",
+    "--webhook-addr",
+    "--webhook-port",
+    "--webhook-host",
+    "--webhook-cert",
+    "--webhook-key",
+    "--webhook-ca",
+)
+
+
+def chart_container_settings(cluster: Cluster, namespace: str, release: str) -> tuple[list[str], dict[str, str]]:
+    """The installed chart Deployment's operator arguments and environment, as far as they apply to a local process:
+    listen addresses and mounted certificate paths are dropped, an env var from the downward API becomes the value
+    it would have in the pod (namespace, a pod name), other `valueFrom`s are dropped."""
+    deployment = json.loads(
+        cluster.kubectl("get", "deployment", fullname(release), "-n", namespace, "-o", "json").stdout
+    )
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args: list[str] = []
+    raw = list(container.get("args") or [])
+    skip_value = False
+    for arg in raw:
+        if skip_value:
+            skip_value = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _LOCAL_FLAGS:
+            skip_value = "=" not in arg
+            continue
+        args.append(arg)
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+            continue
+        field = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field == "metadata.namespace":
+            env[var["name"]] = namespace
+        elif field == "metadata.name":
+            env[var["name"]] = f"{fullname(release)}-local-{os.getpid()}"
+    return args, env
+
+
 @dataclass(frozen=True)
 class InstalledOperator:
     """Where the chart's release lives, and the local operator process when the backend runs one."""
@@ -95,8 +142,18 @@ class InstalledOperator:
 
 
 @contextmanager
-def installed_operator(cluster: Cluster, backend: str, namespace: str, work: Path) -> Iterator[InstalledOperator]:
-    """The chart's operator, serving and watching, for the duration of the block (local: uninstalled afterwards)."""
+def installed_operator(
+    cluster: Cluster,
+    backend: str,
+    namespace: str,
+    work: Path,
+    extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[InstalledOperator]:
+    """The chart's operator, serving and watching, for the duration of the block (local: uninstalled afterwards).
+
+    Local: the process gets the chart Deployment's own arguments (but its listen addresses) and plain environment
+    values, then `extra_args` and `extra_env`."""
     if backend == "kind-gpu":
         # run.sh exports where it installed the chart.
         where = os.environ.get("E2E_OPERATOR_NAMESPACE", KIND_GPU_NAMESPACE)
@@ -109,7 +166,10 @@ def installed_operator(cluster: Cluster, backend: str, namespace: str, work: Pat
     cluster.helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout=90s")
     try:
         kubeconfig = service_account_kubeconfig(cluster, namespace, fullname(release), work / "operator.kubeconfig")
-        with OperatorProcess(kubeconfig, work / "operator.log") as process:
+        args, env = chart_container_settings(cluster, namespace, release)
+        args += extra_args or []
+        env.update(extra_env or {})
+        with OperatorProcess(kubeconfig, work / "operator.log", extra_args=args, extra_env=env) as process:
             try:
                 wait_webhook_registered(cluster, process)
                 yield InstalledOperator(release, namespace, process)

@@ -7,16 +7,24 @@ this process instead, with the admin kubeconfig or (e2e) a token of the chart's 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 
 REPO = Path(__file__).resolve().parents[2]
 WEBHOOK_CONFIGURATION = "disaggspec.io"
+
+
+def operator_source() -> str:
+    """Where the operator's package is imported from: this tree's `operator/`, or `DISAGGSPEC_OPERATOR_SOURCE` (to
+    run the suites against another checkout, e.g. a `git worktree` of an older commit, and see a test fail there)."""
+    return os.environ.get("DISAGGSPEC_OPERATOR_SOURCE") or str(REPO / "operator")
 
 
 def free_port() -> int:
@@ -44,6 +52,7 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.webhook_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     def start(self) -> OperatorProcess:
         args = [
@@ -67,7 +76,7 @@ class OperatorProcess:
         else:
             args += ["--webhook", "off"]
         args += self.extra_args
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": str(REPO / "operator"), **self.extra_env}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": operator_source(), **self.extra_env}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         log.close()
@@ -86,6 +95,58 @@ class OperatorProcess:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "operator not started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and state but answers nothing (a hung or partitioned operator)."""
+        assert self.alive(), "operator not running"
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        assert self.alive(), "operator not running"
+        os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def probe(self, path: str) -> int:
+        """The HTTP status of GET `path` on the metrics port (/healthz, /readyz), 0 when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except OSError:
+            return 0
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of `name` whose labels include `labels` (all samples without `labels`)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith("#"):
+                continue
+            series, _, value = line.rpartition(" ")
+            metric_name, _, rest = series.partition("{")
+            if metric_name != name:
+                continue
+            have = dict(part.split("=", 1) for part in rest.rstrip("}").split(",") if "=" in part)
+            if all(have.get(k, "").strip('"') == v for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def child_writes(self) -> int:
+        """Writes to children (server-side applies and prunes), not counting status writes and Events."""
+        return int(self.metric_total("disaggspec_child_writes_total"))
+
+    def is_leader(self) -> bool:
+        return self.metric("disaggspec_leader") == 1
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
@@ -114,6 +175,8 @@ class OperatorProcess:
     def stop(self, kill: bool = False) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
+        if self.paused and not kill:
+            self.resume()  # a stopped process would hold SIGTERM until SIGCONT
         if kill:
             self.proc.kill()
         else:

@@ -3,6 +3,10 @@
 Parses flags, loads Kubernetes credentials (in-cluster, or KUBECONFIG), starts the metrics/health server, wires the
 reconciler into the kopf handlers and runs kopf. Settings shared by every service come from `DISAGGSPEC_*`
 environment variables (see `disaggspec.config`).
+
+With `--leader-elect` (the chart's default) several replicas may run: each watches and serves the webhook, only the
+holder of the Lease `<namespace>/<id>` reconciles. A leader that cannot renew exits with status 1 (the pod restarts
+and campaigns again); a graceful stop releases the Lease so a standby takes over at once.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -17,7 +22,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from disaggspec import apply, cert_reload, config, handlers, metrics, webhook_certs
+from disaggspec import apply, cert_reload, config, handlers, health, leader, metrics, webhook_certs, webhookconfig
 from disaggspec.reconcile import Reconciler
 
 
@@ -57,8 +62,65 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=60.0,
         help="with --webhook-cert: how often to check the mounted files; a change restarts the operator",
     )
+    parser.add_argument(
+        "--webhook-timeout-seconds",
+        type=_webhook_timeout,
+        default=webhookconfig.DEFAULT_TIMEOUT_SECONDS,
+        help="how long the API server waits for the webhook before ignoring it (1-30)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("DISAGGSPEC_LOG_LEVEL", "INFO"))
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--leader-elect", action="store_true", help="reconcile only while holding the leader Lease (for replicas > 1)"
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "default",
+        help="namespace of the leader Lease (default: $POD_NAMESPACE, else default)",
+    )
+    parser.add_argument("--leader-election-id", default="disaggspec-operator", help="name of the leader Lease")
+    parser.add_argument("--lease-duration-seconds", type=_positive, default=15.0)
+    parser.add_argument("--renew-deadline-seconds", type=_positive, default=10.0)
+    parser.add_argument("--retry-period-seconds", type=_positive, default=2.0)
+    parser.add_argument(
+        "--health-grace-seconds",
+        type=_positive,
+        default=health.DEFAULT_GRACE_SECONDS,
+        help="how long a component (a watch, the webhook) may fail before /healthz fails",
+    )
+    args = parser.parse_args(argv)
+    if args.leader_elect and not (
+        args.retry_period_seconds < args.renew_deadline_seconds < args.lease_duration_seconds
+    ):
+        parser.error(
+            "leader election needs --retry-period-seconds < --renew-deadline-seconds < --lease-duration-seconds"
+        )
+    return args
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value!r}")
+    return number
+
+
+def _webhook_timeout(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 30:
+        raise argparse.ArgumentTypeError(f"must be within 1-30 seconds, not {value!r}")
+    return number
+
+
+def identity() -> str:
+    """This replica's name in the Lease: the pod's name, else host name and process id."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
+
+
+def _exit_on_lost_lease() -> None:
+    """controller-runtime's answer to a lost Lease: stop at once (no more writes) and let the pod restart."""
+    logging.getLogger(__name__).critical("leader election lost: exiting so the pod restarts and campaigns again")
+    logging.shutdown()
+    os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +131,23 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf").setLevel(logging.WARNING)
     settings = config.from_env()
     namespaces = tuple(args.namespace) or settings.namespaces
+    health.HEALTH.grace_seconds = args.health_grace_seconds
     client = apply.Client(_api_client())
+    elector: leader.LeaderElector | None = None
+    if args.leader_elect:
+        elector = leader.LeaderElector(
+            client,
+            args.leader_election_namespace,
+            args.leader_election_id,
+            identity(),
+            lease_duration=args.lease_duration_seconds,
+            renew_deadline=args.renew_deadline_seconds,
+            retry_period=args.retry_period_seconds,
+            on_lost=_exit_on_lost_lease,
+        )
+    else:
+        metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
+    handlers.RUNTIME.leader = elector
     handlers.RUNTIME.reconciler = Reconciler(client, settings, client.post_event, services=handlers.RUNTIME.services)
     handlers.RUNTIME.namespaces = namespaces
     if args.webhook == "on":
@@ -83,12 +161,34 @@ def main(argv: list[str] | None = None) -> int:
             # Some issuers publish no ca.crt; the served chain then doubles as the bundle (kopf's default).
             logging.getLogger(__name__).warning("--webhook-ca %s does not exist: using the certificate as CA", ca)
             ca = None
-        handlers.enable_webhook(
-            handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
-        )
+        options = handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
+        handlers.enable_webhook(options)
+        handlers.RUNTIME.webhook_server = webhook_server(client, options, args.webhook_timeout_seconds)
     metrics.serve(args.metrics_addr, args.metrics_port)
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces)
+    if elector is not None:
+        elector.start()
+    try:
+        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces)
+    finally:
+        if elector is not None:
+            elector.release()
     return 0
+
+
+def webhook_server(
+    client: apply.Client, options: handlers.WebhookOptions, timeout_seconds: int
+) -> webhookconfig.ConfiguringWebhookServer:
+    """kopf's webhook server for `options`, registering itself in the ValidatingWebhookConfiguration."""
+    return webhookconfig.ConfiguringWebhookServer(
+        client=client,
+        timeout_seconds=timeout_seconds,
+        addr=options.addr,
+        port=options.port,
+        host=options.host,
+        certfile=options.certfile,
+        pkeyfile=options.pkeyfile,
+        cafile=options.cafile,
+    )
 
 
 if __name__ == "__main__":

@@ -3,18 +3,23 @@
 Children are applied with one field manager and `force=true` (the operator owns every field it renders), each with
 a controller owner reference to its DisaggSpecService so deleting the service garbage-collects them. A child is
 written only when `drift.needs_apply` says the live object differs, so a resync of unchanged services sends no
-write. Children that carry our labels but are no longer rendered are pruned (deleted with a UID precondition, so a
-recreated object of the same name is never removed by mistake). Requests go through the `kubernetes` client's
-`ApiClient`, which handles every kubeconfig and in-cluster credential form; paths come from a fixed kind table, so
-no discovery round trip is needed.
+write; children are applied in dependency waves (`APPLY_WAVES`: a RoleBinding only once its Role exists). Children
+that carry our labels but are no longer rendered are pruned (deleted with a UID precondition, so a recreated object
+of the same name is never removed by mistake). Requests go through the `kubernetes` client's `ApiClient`, which
+handles every kubeconfig and in-cluster credential form; paths come from a fixed kind table, so no discovery round
+trip is needed. A refused request raises `ApiError`, which carries the server's `Retry-After` (429, 503) so the work
+queue waits as long as the server asked.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import email.utils
 import json
 import logging
+import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,13 +65,37 @@ EVENT = Kind("v1", "Event", "events")
 
 log = logging.getLogger("disaggspec.apply")
 
+RETRY_AFTER_STATUSES = (429, 503)
+"""Responses whose `Retry-After` header the operator honours (too many requests; unavailable, e.g. shutting down)."""
+
 
 class ApiError(RuntimeError):
     """A request the operator needed was refused; carries the HTTP status and the server's message."""
 
-    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+    def __init__(self, status: int, method: str, path: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {message}")
         self.status = status
+        self.retry_after = retry_after
+        """Seconds the server asked the client to wait (`Retry-After` of a 429 or 503), else None."""
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a `Retry-After` header: delay-seconds or an HTTP-date; None when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # an HTTP-date is always GMT
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0)
 
 
 @dataclass
@@ -102,6 +131,21 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _error(status: int, headers: Any, method: str, path: str, raw: bytes) -> ApiError:
+    """The ApiError of a refused request: the Status object's message (or the body's start, e.g. a proxy's page)."""
+    message = raw[:300].decode(errors="replace")
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "message" in body:
+        message = str(body["message"])
+    retry_after = None
+    if status in RETRY_AFTER_STATUSES and headers is not None:
+        retry_after = parse_retry_after(headers.get("Retry-After"))
+    return ApiError(status, method, path, message, retry_after)
+
+
 class Client:
     """A thin JSON client over the `kubernetes` ApiClient for the operator's few kinds."""
 
@@ -126,9 +170,9 @@ class Client:
         )
         response = self.api.call_api(method_, url, header_params=headers_, body=body_, _request_timeout=30)
         raw: bytes = response.read()  # type: ignore[no-untyped-call]
-        payload: dict[str, Any] = json.loads(raw) if raw else {}
         if response.status >= 400:
-            raise ApiError(response.status, method, path, str(payload.get("message", raw[:300])))
+            raise _error(response.status, response.headers, method, path, raw)
+        payload: dict[str, Any] = json.loads(raw) if raw else {}
         if method != "GET":
             metrics.API_WRITES.labels(method).inc()
         return payload
@@ -183,13 +227,32 @@ class Client:
         return self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
-# Children are applied all at once, in parallel: a pass costs one round trip of latency instead of nine (or two, when
-# the Deployments waited for the rest: apply -> all children measured p50 103 ms that way, 56-69 ms in parallel).
-# Ordering bought nothing: a router pod is created two watch hops after its Deployment (Deployment -> ReplicaSet ->
-# Pod), by which time its ServiceAccount exists; if it ever did not, the ReplicaSet controller retries the pod.
+# Children are applied in dependency waves, in parallel within a wave: a pass costs one round trip of latency per
+# wave that has something to write (apply -> all children measured p50 56-69 ms in one parallel batch, 103 ms in two
+# waves), and a resync with no drift sends nothing at all. The order matters for RBAC: the API server lets a
+# least-privilege ServiceAccount create a RoleBinding only when it already holds every permission the bound Role
+# grants (the escalation check), so a RoleBinding applied before its Role is refused (403, or 404 for the missing
+# Role), and each new service would flap to Degraded=True/ApplyFailed for a moment. Deployments go last too: their
+# pods run as the ServiceAccount and are reached through the Services.
+APPLY_WAVES: tuple[tuple[Kind, ...], ...] = ((SERVICE_ACCOUNT, ROLE, SERVICE), (ROLE_BINDING, DEPLOYMENT))
+_WAVE_OF = {(kind.api_version, kind.kind): index for index, wave in enumerate(APPLY_WAVES) for kind in wave}
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")
 MAX_CONCURRENT_REQUESTS = 32
 """Upper bound of requests in flight at once: the apply pool's 16 threads, the reconcile workers, events, start-up."""
+
+
+def _apply_wave(client: Client, manifests: list[dict[str, Any]], result: SyncResult) -> None:
+    """Apply `manifests` in parallel; record each success in `result`, then raise the first failure (if any)."""
+    futures = [_POOL.submit(client.apply, manifest) for manifest in manifests]
+    first: BaseException | None = None
+    for manifest, future in zip(manifests, futures, strict=True):
+        error = future.exception()  # waits: every apply of the wave finishes before anything is raised
+        if error is None:
+            result.applied.append(ref(manifest))
+        elif first is None:
+            first = error
+    if first is not None:
+        raise first
 
 
 def sync(
@@ -197,22 +260,28 @@ def sync(
     owner: dict[str, Any],
     desired: Iterable[dict[str, Any]],
     live: Iterable[dict[str, Any]],
+    result: SyncResult | None = None,
 ) -> SyncResult:
-    """Apply what differs from `live`, prune owned objects no longer desired; returns what it did."""
-    result = SyncResult()
+    """Apply what differs from `live` (wave by wave), prune owned objects no longer desired; returns what it did.
+
+    Every successful write is recorded in `result` (a new one when None) as soon as it is known, so a caller that
+    passes its own sees the writes of a pass that then failed. On a failure the wave in hand finishes, later waves
+    are not started (they may depend on what failed), nothing is pruned, and the first error is raised.
+    """
+    result = SyncResult() if result is None else result
     live_by_ref = {ref(obj): obj for obj in live}
     wanted: set[str] = set()
-    stale: list[dict[str, Any]] = []
+    waves: list[list[dict[str, Any]]] = [[] for _ in APPLY_WAVES]
     for manifest in desired:
         stamped = with_applied_hash(manifest)
         stamped["metadata"]["ownerReferences"] = [owner_reference(owner)]
         key = ref(stamped)
         wanted.add(key)
         if needs_apply(stamped, live_by_ref.get(key)):
-            stale.append(stamped)
-    # list() re-raises the first failure (every apply was submitted already); nothing is pruned then.
-    list(_POOL.map(client.apply, stale))
-    result.applied += [ref(m) for m in stale]
+            waves[_WAVE_OF[(stamped["apiVersion"], stamped["kind"])]].append(stamped)
+    for wave in waves:
+        if wave:
+            _apply_wave(client, wave, result)
     for key, obj in live_by_ref.items():
         owners = obj["metadata"].get("ownerReferences", [])
         ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)

@@ -54,6 +54,13 @@ READY_APPLY_FAILED: Final = ConditionReason(
     "ApplyFailed",
     "Every replica is ready, but the last apply of a child failed; see Degraded.",
 )
+READY_NAMESPACE_DENIED: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "NamespaceDenied",
+    "The service's namespace is in the operator's denied namespaces (chart value `deniedNamespaces`): the operator "
+    "creates no children there. Move the service to another namespace, or change the chart value.",
+)
 
 # ---- SpecConfigConsistent ------------------------------------------------------------------------------------------
 CONSISTENT_ALL_RULES_PASSED: Final = ConditionReason(
@@ -79,6 +86,9 @@ PROGRESSING_ROLLOUT_COMPLETE: Final = ConditionReason(
 PROGRESSING_INVALID_SPEC: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "InvalidSpec", "Nothing rolls out while the spec is rejected."
 )
+PROGRESSING_NAMESPACE_DENIED: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "NamespaceDenied", "Nothing rolls out in a denied namespace; see Ready."
+)
 
 # ---- Degraded ------------------------------------------------------------------------------------------------------
 DEGRADED_APPLY_FAILED: Final = ConditionReason(
@@ -97,11 +107,13 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     READY_ROLLOUT_IN_PROGRESS,
     READY_INVALID_SPEC,
     READY_APPLY_FAILED,
+    READY_NAMESPACE_DENIED,
     CONSISTENT_ALL_RULES_PASSED,
     CONSISTENT_RULE_VIOLATED,
     PROGRESSING_ROLLING_OUT,
     PROGRESSING_ROLLOUT_COMPLETE,
     PROGRESSING_INVALID_SPEC,
+    PROGRESSING_NAMESPACE_DENIED,
     DEGRADED_APPLY_FAILED,
     DEGRADED_ROLLOUT_STUCK,
     DEGRADED_AS_EXPECTED,
@@ -122,6 +134,12 @@ EVENT_APPLY_FAILED: Final = EventReason(
 EVENT_ROLLOUT_STUCK: Final = EventReason(
     DEGRADED_ROLLOUT_STUCK.reason, "Warning", "Degraded turned True because a rollout is stuck (once per message)."
 )
+EVENT_NAMESPACE_DENIED: Final = EventReason(
+    READY_NAMESPACE_DENIED.reason,
+    "Warning",
+    "The service is in a denied namespace (chart value `deniedNamespaces`); no child is created (once, when Ready "
+    "turns NamespaceDenied).",
+)
 
 EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_SPEC_REJECTED,
@@ -129,5 +147,6 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_READY,
     EVENT_APPLY_FAILED,
     EVENT_ROLLOUT_STUCK,
+    EVENT_NAMESPACE_DENIED,
 )
 """Every Event reason; Events are emitted only after the status write and only on transitions."""

@@ -22,12 +22,20 @@ class OperatorConfig:
     """Namespaces to watch; empty means all."""
     resync_seconds: float = 300.0
     """How often every service is compared with its children even when nothing changed."""
+    denied_namespaces: tuple[str, ...] = ("kube-system",)
+    """Namespaces where the operator refuses to reconcile a service (renders no child there), whatever it watches: a
+    guard for cluster-wide mode, where its ServiceAccount may create Deployments in any namespace."""
 
 
 def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
-    """Read `DISAGGSPEC_*` variables; unset ones keep their defaults."""
+    """Read `DISAGGSPEC_*` variables; unset ones keep their defaults.
+
+    `DISAGGSPEC_DENIED_NAMESPACES` is a comma list; set but empty, it denies none (unset: `kube-system`).
+    """
     env = os.environ if env is None else env
-    namespaces = tuple(ns.strip() for ns in env.get("DISAGGSPEC_NAMESPACES", "").split(",") if ns.strip())
+    namespaces = _names(env.get("DISAGGSPEC_NAMESPACES", ""))
+    denied = env.get("DISAGGSPEC_DENIED_NAMESPACES")
+    denied_namespaces = OperatorConfig.denied_namespaces if denied is None else _names(denied)
     resync = env.get("DISAGGSPEC_RESYNC_SECONDS", "300")
     try:
         resync_seconds = float(resync)
@@ -39,4 +47,10 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         router_image=env.get("DISAGGSPEC_ROUTER_IMAGE", ""),
         namespaces=namespaces,
         resync_seconds=resync_seconds,
+        denied_namespaces=denied_namespaces,
     )
+
+
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks and empty items dropped, duplicates kept once (in order)."""
+    return tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))

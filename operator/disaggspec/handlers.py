@@ -1,14 +1,16 @@
 """Thin kopf wiring: which events trigger a reconcile, the admission webhook, and operator settings.
 
 Reconcile is level-based: every event of a DisaggSpecService (including the initial listing when the operator
-starts, which is the resume case) and every event of a child it owns marks the service dirty in a de-duplicating
+starts, which is the resume case) and every change of a child it owns marks the service dirty in a de-duplicating
 work queue; its workers run `Reconciler.reconcile`, which compares desired with actual state. Raw event handlers
 are used, not kopf's change handlers, so kopf keeps no progress annotations on the objects and a no-op pass writes
-nothing. Live children come from a `ChildCache` fed by the children's watch events, not from LIST requests (see
-`childcache` for why not kopf's indexes). The event handlers are coroutines: they only pack a body and mark a key,
-so they run on kopf's event loop instead of a hop to its thread pool per event. A failed pass is retried with
-backoff. The validating webhook refuses a spec through the same `rejection.check` as reconcile (with the update-only
-rules on updates).
+nothing. Services come from kopf; children come from the operator's own informers (`informer`), which keep the
+`ChildCache` equal to the API server's state (an authoritative LIST after every gap, a server-side label selector)
+and name the owners to re-queue. The reconcile workers start once every informer has listed (the cache is synced)
+and, with leader election, once this replica leads. A service event that is not newer than the cached state (the
+echo of the operator's own status write) queues nothing. The periodic resync first checks the caches against
+metadata-only LISTs, then re-queues every service. A failed pass is retried with backoff. The validating webhook
+refuses a spec through the same `rejection.check` as reconcile (with the update-only rules on updates).
 """
 
 from __future__ import annotations
@@ -16,16 +18,15 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
-from disaggspec import apply, metrics
+from disaggspec import apply, informer, metrics
 from disaggspec import constants as c
-from disaggspec.childcache import ChildCache, ServiceCache
+from disaggspec.childcache import ChildCache, OwnerKey, ServiceCache
 from disaggspec.reconcile import Reconciler
 from disaggspec.rejection import check
 from disaggspec.workqueue import WorkQueue
@@ -36,17 +37,21 @@ WORKERS = 4
 """Reconcile worker threads (each pass is mostly waiting on the API server)."""
 
 LIST_CHUNK_SIZE = 100
-"""Objects per page of the initial LIST of each watched kind."""
+"""Objects per page of kopf's initial LIST of the services."""
 
 OBJECT_WORKER_IDLE_SECONDS = 0.5
 """How long kopf keeps an object's worker after its last event."""
 
-SYNC_TIMEOUT = 60.0
-"""Longest wait at start-up for the watch to deliver the children that existed; after it the workers start anyway,
-and a pass GETs what the cache lacks."""
+UNKNOWN_OWNERS_LIMIT = 10_000
+"""Owners queued once while not cached (see `requeue`); the record is cleared when it grows past this."""
 
-SYNC_RECHECK = 2.0
-"""While waiting, how often to list again and stop waiting for children deleted in the meantime."""
+
+class LeaderElector(Protocol):
+    """What the handlers need of leader election (`disaggspec.leader.LeaderElector`)."""
+
+    def wait_until_leader(self) -> None: ...
+
+    def is_leader(self) -> bool: ...
 
 
 @dataclass
@@ -67,14 +72,23 @@ class Runtime:
 
     reconciler: Reconciler | None = None
     webhook: WebhookOptions | None = None
+    webhook_server: Any | None = None
+    """A ready kopf webhook server; when set, kopf serves with it and leaves the webhook configuration alone."""
     children: ChildCache = field(default_factory=ChildCache)
     services: ServiceCache = field(default_factory=ServiceCache)
     """Every service seen and not deleted: what passes read, and what the periodic resync re-queues."""
     namespaces: tuple[str, ...] = ()
     """Watched namespaces; empty: all."""
+    leader: LeaderElector | None = None
+    """When set, the reconcile workers start only once this replica leads."""
+    informers: list[informer.Informer] = field(default_factory=list)
+    """The child informers, once started."""
 
 
 RUNTIME = Runtime()
+
+_unknown_owners: set[OwnerKey] = set()
+_unknown_guard = threading.Lock()
 
 
 def _reconciler() -> Reconciler:
@@ -91,22 +105,54 @@ def _process(key: Hashable) -> None:
 QUEUE = WorkQueue(_process)
 
 
+def requeue(owners: Iterable[OwnerKey]) -> None:
+    """Mark the owners of changed children dirty; called from the informer threads.
+
+    A cached service is queued. One that is not cached is queued only if it may exist: never when a service of that
+    name was deleted (its children are being garbage-collected: a pass would re-create them for a dead owner), and
+    once otherwise (the pass GETs it; on 404 it does nothing, and the owner's later child events queue nothing).
+    """
+    for key in owners:
+        if key in RUNTIME.services:
+            QUEUE.add(key)
+            continue
+        if RUNTIME.services.deleted(*key):
+            continue
+        with _unknown_guard:
+            if key in _unknown_owners:
+                continue
+            if len(_unknown_owners) >= UNKNOWN_OWNERS_LIMIT:
+                _unknown_owners.clear()
+            _unknown_owners.add(key)
+        QUEUE.add(key)
+
+
+def _reset_backoff() -> None:
+    """A watch works again after failing: passes that failed meanwhile are retried now, not after their backoff."""
+    reset = getattr(QUEUE, "reset_backoff", None)
+    if reset is not None:
+        reset()
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = c.MANAGED_BY
     # Our own Events say what matters; kopf's per-handler INFO events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    # The initial listing comes in pages: a restart with thousands of children never holds them all as dicts at once.
+    # The initial listing comes in pages: a restart with thousands of services never holds them all as dicts at once.
     settings.watching.chunk_size = LIST_CHUNK_SIZE
     # kopf keeps a worker task per object alive this long after its last event (default 5 s). At start-up that is
     # every object at once: with 500 services, restart RSS peaked at 190 MiB with 5 s and at 128 MiB with 0.5 s. A
     # later event simply starts a new worker.
     settings.queueing.idle_timeout = OBJECT_WORKER_IDLE_SECONDS
-    # kopf starts watching only after the startup handlers: listing here sees every child the watch will deliver.
-    expected = _existing_children()
-    threading.Thread(target=_start_workers_when_synced, args=(expected,), name="cache-sync", daemon=True).start()
-    QUEUE.resync_every(_reconciler().config.resync_seconds, RUNTIME.services.keys)
+    start_informers()
+    threading.Thread(target=_start_workers, name="start-workers", daemon=True).start()
+    QUEUE.resync_every(_reconciler().config.resync_seconds, _resync_keys)
+    if RUNTIME.webhook_server is not None:
+        # Built, served and registered (with its own timeoutSeconds) by the caller: kopf must not manage it.
+        settings.admission.server = RUNTIME.webhook_server
+        return
     options = RUNTIME.webhook
     if options is not None:
         settings.admission.server = kopf.WebhookServer(
@@ -120,37 +166,72 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.admission.managed = c.GROUP
 
 
-def _existing_children() -> set[str]:
-    """UIDs of every child the operator owns now (one paged LIST per kind and watched namespace)."""
-    selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
-    try:
-        return {
-            uid
-            for kind in apply.OWNED_KINDS
-            for namespace in (RUNTIME.namespaces or (None,))
-            for uid in apply.list_uids(_reconciler().client, kind, namespace, selector)
-        }
-    except Exception as error:  # the cache still fills from the watch; passes then GET what it lacks
-        log.warning("could not list existing children before starting (%s): starting without waiting", error)
-        return set()
+def start_informers() -> list[informer.Informer]:
+    """Start one informer per owned kind and watched namespace (their own threads), and the cache gauges."""
+    transport = informer.ClientTransport(_reconciler().client)
+    RUNTIME.informers = informer.informers(
+        transport, RUNTIME.children, RUNTIME.namespaces, requeue, on_recovered=_reset_backoff
+    )
+    for each in RUNTIME.informers:
+        each.start()
+    metrics.CACHE_OBJECTS.labels("children").set_function(lambda: len(RUNTIME.children))
+    metrics.CACHE_OBJECTS.labels("services").set_function(lambda: len(RUNTIME.services))
+    metrics.CACHE_OBJECTS.labels("tombstones").set_function(RUNTIME.services.tombstones)
+    return RUNTIME.informers
 
 
-def _start_workers_when_synced(expected: set[str]) -> None:
-    """Start the reconcile workers once the watch has delivered every child that existed at start-up."""
-    started = time.monotonic()
-    recheck = started + SYNC_RECHECK
-    while not RUNTIME.children.synced(expected):
-        now = time.monotonic()
-        if now > started + SYNC_TIMEOUT:
-            log.warning("child cache not synced after %.0fs: starting the workers anyway", SYNC_TIMEOUT)
-            break
-        if now > recheck:
-            # A child deleted between the two listings is never delivered: stop waiting for what no longer exists.
-            expected &= _existing_children()
-            recheck = now + SYNC_RECHECK
-        time.sleep(0.05)
-    log.info("child cache synced with %d children: starting %d workers", len(RUNTIME.children), WORKERS)
+def _start_workers() -> None:
+    """Start the reconcile workers once every informer has listed and, with leader election, once leading."""
+    for each in RUNTIME.informers:
+        each.synced.wait()
+    log.info("child cache synced with %d children", len(RUNTIME.children))
+    if RUNTIME.leader is not None:
+        log.info("waiting to become the leader")
+        RUNTIME.leader.wait_until_leader()
+    log.info("starting %d workers", WORKERS)
     QUEUE.start(WORKERS)
+
+
+def _resync_keys() -> list[OwnerKey]:
+    """The periodic resync: check the caches against the API server first, then every cached service."""
+    for each in RUNTIME.informers:
+        try:
+            each.verify()
+        except Exception as error:  # the watch keeps the cache meanwhile; the next period checks again
+            log.warning("%s: could not verify the cache: %s", each.component, error)
+    try:
+        verify_services(informer.ClientTransport(_reconciler().client))
+    except Exception as error:
+        log.warning("could not verify the service cache: %s", error)
+    return RUNTIME.services.keys()
+
+
+def verify_services(transport: informer.Transport) -> None:
+    """Compare the service cache with metadata-only LISTs: evict what is gone, queue what the cache lacks.
+
+    kopf lists services again after a watch gap but never reports what vanished during it. A cached service missing
+    from the list is evicted only if the list is newer than the cached state (a service created after the list
+    started is not evicted); a listed one missing from the cache is queued (its pass GETs it).
+    """
+    for namespace in RUNTIME.namespaces or (None,):
+        items, list_version = informer.list_metadata(transport, apply.SERVICE_RESOURCE.collection(namespace))
+        listed = {(str(meta.get("namespace")), str(meta.get("name"))): str(meta.get("uid", "")) for meta in items}
+        held_keys = RUNTIME.services.keys()
+        for key in held_keys:
+            if namespace is not None and key[0] != namespace:
+                continue
+            if key in listed:
+                continue
+            held = RUNTIME.services.version(*key)
+            if held is None or not list_version.isdigit() or held > int(list_version):
+                continue
+            log.info("service %s/%s is gone (not listed): evicting it", *key)
+            RUNTIME.services.evict(*key)
+            _reconciler().forget(*key)
+        cached = set(RUNTIME.services.keys())
+        for key in sorted(listed.keys() - cached):
+            if not RUNTIME.services.tombstoned(listed[key]):
+                QUEUE.add(key)
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
@@ -158,43 +239,15 @@ async def on_service_event(*, type: str, body: kopf.Body, namespace: str | None,
     if namespace is None:
         return
     if type == "DELETED":
-        RUNTIME.services.remove(namespace, name)
+        RUNTIME.services.delete(dict(body))
         _reconciler().forget(namespace, name)
         return
-    RUNTIME.services.put(dict(body))
-    QUEUE.add((namespace, name))
-
-
-def _owner_name(body: kopf.Body) -> str | None:
-    for owner in body.get("metadata", {}).get("ownerReferences", []):
-        if owner.get("apiVersion") == c.API_VERSION and owner.get("kind") == c.KIND and owner.get("controller"):
-            return str(owner["name"])
-    return None
-
-
-async def _on_child_event(*, type: str | None, body: kopf.Body, namespace: str | None, **_: Any) -> None:
-    owner = _owner_name(body)
-    uid = str(body.get("metadata", {}).get("uid", ""))
-    if type == "DELETED" or owner is None or namespace is None:
-        # Gone, or no longer ours (an owner reference removed by hand): the next pass recreates what is missing.
-        RUNTIME.children.remove(uid)
-    else:
-        RUNTIME.children.put((namespace, owner), dict(body))
-    if owner is not None and namespace is not None:
-        QUEUE.add((namespace, owner))
-
-
-# Every owned kind: its events keep the child cache current and mark the owner dirty (a deleted child is recreated, a
-# manual edit reverted, a Deployment's progress lands in status). The initial listing arrives as events too.
-for _kind in apply.OWNED_KINDS:
-    _group, _, _version = _kind.api_version.rpartition("/")
-    kopf.on.event(
-        _group or "",
-        _version,
-        _kind.plural,
-        labels={c.LABEL_MANAGED_BY: c.MANAGED_BY},
-        id=f"child-{_kind.plural}",
-    )(_on_child_event)
+    # Not newer than the cache: the echo of this operator's own status write (already in the cache), or a state
+    # delivered again after a re-list. Nothing to do.
+    if RUNTIME.services.put(dict(body)):
+        with _unknown_guard:
+            _unknown_owners.discard((namespace, name))
+        QUEUE.add((namespace, name))
 
 
 def admit(*, body: kopf.Body, **kwargs: Any) -> None:
@@ -214,8 +267,16 @@ def enable_webhook(options: WebhookOptions) -> None:
     refuses (SpecConfigConsistent=False, no child changed) what only the Python rules catch.
     """
     RUNTIME.webhook = options
+    # persistent: a graceful exit leaves the webhook registered (failurePolicy Ignore covers the downtime), so a
+    # restart or a failover never opens a window without it.
     kopf.on.validate(
-        c.GROUP, c.VERSION, c.PLURAL, id="validate", operations=["CREATE", "UPDATE"], ignore_failures=True
+        c.GROUP,
+        c.VERSION,
+        c.PLURAL,
+        id="validate",
+        operations=["CREATE", "UPDATE"],
+        ignore_failures=True,
+        persistent=True,
     )(admit)
 
 

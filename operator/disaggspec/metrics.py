@@ -10,9 +10,12 @@ import threading
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from disaggspec import health
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -53,6 +56,39 @@ SERVICES_BY_CONDITION = Gauge(
     registry=REGISTRY,
 )
 
+WORKQUEUE_DEPTH = Gauge(
+    "disaggspec_workqueue_depth",
+    "Services waiting for a reconcile pass (not counting those being processed or waiting out a backoff).",
+    registry=REGISTRY,
+)
+WORKQUEUE_RETRIES = Counter(
+    "disaggspec_workqueue_retries_total",
+    "Reconcile passes that failed and were scheduled again after a backoff.",
+    registry=REGISTRY,
+)
+WORKQUEUE_OLDEST_SECONDS = Gauge(
+    "disaggspec_workqueue_oldest_item_seconds",
+    "How long the service that has waited longest in the queue has been waiting (0 when the queue is empty).",
+    registry=REGISTRY,
+)
+WATCH_RESTARTS = Counter(
+    "disaggspec_watch_restarts_total",
+    "Watches of child kinds that were restarted, by kind and why (relist after 410 Gone, error, timeout).",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+CACHE_OBJECTS = Gauge(
+    "disaggspec_cache_objects",
+    "Objects held in the operator's watch-fed caches, by cache (children, services, tombstones).",
+    ["cache"],
+    registry=REGISTRY,
+)
+IS_LEADER = Gauge(
+    "disaggspec_leader",
+    "1 while this replica holds the leader Lease and reconciles, 0 otherwise.",
+    registry=REGISTRY,
+)
+
 
 def count_rejection(rules: Iterable[str], where: Literal["admission", "reconcile"]) -> None:
     """Count one rejected spec in REJECTIONS: once per failed rule (a `Rejection`'s `rules`), labelled by `where`."""
@@ -61,7 +97,10 @@ def count_rejection(rules: Iterable[str], where: Literal["admission", "reconcile
 
 
 class ConditionTally:
-    """Keeps SERVICES_BY_CONDITION equal to the latest conditions of every known service."""
+    """Keeps SERVICES_BY_CONDITION equal to the latest conditions of every known service.
+
+    Incremental: a pass moves its own service's counts only, so recording costs the same with 10 or 10,000 services.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -69,32 +108,42 @@ class ConditionTally:
 
     def record(self, key: str, conditions: dict[str, str] | None) -> None:
         with self._lock:
-            if conditions is None:
-                self._latest.pop(key, None)
-            else:
+            before = self._latest.pop(key, {})
+            if conditions is not None:
                 self._latest[key] = dict(conditions)
-            counts: dict[tuple[str, str], int] = {}
-            for per_service in self._latest.values():
-                for type_, status in per_service.items():
-                    counts[(type_, status)] = counts.get((type_, status), 0) + 1
-            SERVICES_BY_CONDITION.clear()
-            for (type_, status), count in counts.items():
-                SERVICES_BY_CONDITION.labels(type_, status).set(count)
+            after = conditions or {}
+            if before == after:
+                return
+            for type_, status in before.items():
+                SERVICES_BY_CONDITION.labels(type_, status).dec()
+            for type_, status in after.items():
+                SERVICES_BY_CONDITION.labels(type_, status).inc()
 
 
 TALLY = ConditionTally()
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """/metrics; /healthz and /livez (liveness: 500 once a component failed beyond its grace period); /readyz
+    (readiness: 503 until every gating component, the webhook server and the caches, has worked once)."""
+
     def do_GET(self) -> None:
-        if self.path == "/metrics":
-            body, content_type = generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-        elif self.path in ("/healthz", "/livez"):
-            body, content_type = b"ok\n", "text/plain"
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/livez"):
+            alive, lines = health.HEALTH.status()
+            self._send(200 if alive else 500, _text("ok" if alive else "unhealthy", lines), "text/plain; charset=utf-8")
+        elif path == "/readyz":
+            ready, waiting = health.HEALTH.ready()
+            self._send(
+                200 if ready else 503, _text("ok" if ready else "not ready", waiting), "text/plain; charset=utf-8"
+            )
         else:
             self.send_error(404)
-            return
-        self.send_response(200)
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -104,8 +153,13 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
+def _text(verdict: str, lines: list[str]) -> bytes:
+    return "".join(f"{line}\n" for line in [verdict, *lines]).encode()
+
+
 def serve(host: str, port: int) -> ThreadingHTTPServer:
-    """Serve /metrics and /healthz on a daemon thread; returns the server (its port when 0 was asked)."""
+    """Serve /metrics, /healthz, /livez and /readyz on a daemon thread; returns the server (its port if 0 was asked)."""
     server = ThreadingHTTPServer((host, port), _Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -11,7 +11,9 @@ Steps of `Reconciler.reconcile`:
   5. write the status (its `to_wire()` JSON) in one patch, only when it changed;
   6. only then emit Events (reasons from `conditions`), and only for transitions (a resync never repeats them).
 Passes for one service are serialised by a per-service lock, because events of the service and of its children
-arrive on different kopf workers.
+arrive on different threads. A pass never creates children for an owner that no longer exists: a service whose uid
+is tombstoned (deleted) is skipped, and a 404 on the status write evicts and tombstones it. A service in a denied
+namespace (`OperatorConfig.denied_namespaces`) gets no children: Ready=False with reason NamespaceDenied.
 """
 
 from __future__ import annotations
@@ -46,6 +48,24 @@ _DEGRADED_EVENTS: Mapping[str, EventReason] = {
 """The Warning Event announcing each reason Degraded turns True with."""
 
 
+class _Stale(Exception):
+    """The cached service no longer exists as cached; `current` is what the API server holds (None: nothing)."""
+
+    def __init__(self, current: dict[str, Any] | None) -> None:
+        super().__init__("stale service")
+        self.current = current
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"].get("uid", ""))
+
+
+def _creates(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> bool:
+    """Whether applying `desired` over `live` would create an object."""
+    known = {apply.ref(obj) for obj in live}
+    return any(apply.ref(manifest) not in known for manifest in desired)
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -71,6 +91,10 @@ class Reconciler:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
+    def denied_namespaces(self) -> tuple[str, ...]:
+        """Namespaces where no service gets children (`OperatorConfig.denied_namespaces`)."""
+        return tuple(getattr(self.config, "denied_namespaces", ()))
+
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
@@ -92,21 +116,42 @@ class Reconciler:
         with self._lock(key):
             try:
                 body = self.services.get(namespace, name)
+                confirmed = body is None
                 if body is None:
-                    try:
-                        body = self.client.request("GET", apply.SERVICE_RESOURCE.item(namespace, name))
-                    except apply.ApiError as error:
-                        if error.status == 404:
-                            return
-                        raise
-                self._reconcile(body, children)
+                    body = self._read(namespace, name)
+                    if body is None:
+                        return  # gone: nothing to create children for
+                if self.services.tombstoned(_uid(body)):
+                    return  # deleted after this pass was queued: its children are being garbage-collected
+                try:
+                    self._reconcile(body, children, confirmed)
+                except _Stale as stale:
+                    # The cached service is a ghost (deleted while the watch was cut off, or replaced by a new
+                    # object of the same name): forget it for good, and reconcile what exists instead, if anything.
+                    log.info("%s/%s (uid %s) no longer exists: evicting it", namespace, name, _uid(body))
+                    self.services.delete(body)
+                    if stale.current is None:
+                        self.forget(namespace, name)
+                    else:
+                        self.services.put(stale.current)
+                        self._reconcile(stale.current, children, confirmed=True)
             except Exception as error:
                 metrics.RECONCILE_ERRORS.labels(type(error).__name__).inc()
                 raise
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def _reconcile(self, body: dict[str, Any], children: ChildrenFn) -> None:
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The service as the API server holds it now; None when it does not exist."""
+        try:
+            return self.client.request("GET", apply.SERVICE_RESOURCE.item(namespace, name))
+        except apply.ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _reconcile(self, body: dict[str, Any], children: ChildrenFn, confirmed: bool = False) -> None:
+        """One pass over `body`; `confirmed`: it was just read from the API server (not from the cache)."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         generation = int(meta.get("generation", 1))
@@ -117,8 +162,11 @@ class Reconciler:
         live = children(namespace, name)
         result = apply.SyncResult()
         apply_error: str | None = None
+        failed: apply.ApiError | None = None
         fingerprint = endpoint = None
-        if not rejection and service is not None:
+        denied = namespace in self.denied_namespaces()
+        # A service being deleted gets no new children (they would only be garbage-collected again).
+        if not rejection and service is not None and not denied and not meta.get("deletionTimestamp"):
             fingerprint = render.fingerprint(service)
             endpoint = render.endpoint(service)
             desired = render.render(service, self.config)
@@ -126,9 +174,15 @@ class Reconciler:
                 # A service never reconciled before (no status) has no children to find: skip the reads.
                 if previous is not None:
                     live = live + apply.fetch_unseen(self.client, desired, live)
-                result = apply.sync(self.client, body, desired, live)
+                if not confirmed and _creates(desired, live):
+                    # Creating a child is the one write that can outlive a dead owner (the garbage collector
+                    # deletes it again, its event queues the owner, and so on): make sure the owner exists first.
+                    current = self._read(namespace, name)
+                    if current is None or _uid(current) != _uid(body):
+                        raise _Stale(current)
+                apply.sync(self.client, body, desired, live, result=result)
             except apply.ApiError as error:
-                apply_error = str(error)
+                apply_error, failed = str(error), error
             metrics.CHILD_WRITES.labels("apply").inc(len(result.applied))
             metrics.CHILD_WRITES.labels("prune").inc(len(result.pruned))
         elif previous is not None:
@@ -141,11 +195,22 @@ class Reconciler:
             for obj in live
             if obj["kind"] == apply.DEPLOYMENT.kind and obj["metadata"]["name"].startswith(f"{name}-")
         }
-        observation = status.Observation(generation, rejection, deployments, fingerprint, endpoint, apply_error)
+        observation = status.Observation(
+            generation, rejection, deployments, fingerprint, endpoint, apply_error, namespace if denied else None
+        )
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
         if written:
-            updated = self.client.patch_status(namespace, name, new_status.to_wire())
+            try:
+                updated = self.client.patch_status(namespace, name, new_status.to_wire())
+            except apply.ApiError as error:
+                if error.status != 404:
+                    raise
+                # Deleted while this pass ran: never compute (or create children) for it again.
+                log.info("%s/%s was deleted during its pass", namespace, name)
+                self.services.delete(body)
+                self.forget(namespace, name)
+                return
             self.services.put(updated)
         metrics.TALLY.record(f"{namespace}/{name}", {cond.type: cond.status for cond in new_status.conditions})
         self._events(body, previous, new_status, rejection, result)
@@ -159,6 +224,10 @@ class Reconciler:
                 written,
                 len(rejection.problems),
             )
+        if failed is not None:
+            # Status and Events say what failed; raising hands the pass back to the work queue, which retries it
+            # with backoff (or after the server's Retry-After) instead of waiting for the next event or resync.
+            raise failed
 
     def _emit(self, body: dict[str, Any], event: EventReason, message: str) -> None:
         self.emit(body, event.type, event.reason, message)
@@ -182,6 +251,10 @@ class Reconciler:
         ready = after[c.CONDITION_READY]
         if ready.status == "True" and before.get(c.CONDITION_READY, {}).get("status") != "True":
             self._emit(body, r.EVENT_READY, ready.message or "")
+        if ready.reason == r.READY_NAMESPACE_DENIED.reason and before.get(c.CONDITION_READY, {}).get("reason") != (
+            r.READY_NAMESPACE_DENIED.reason
+        ):
+            self._emit(body, r.EVENT_NAMESPACE_DENIED, ready.message or "")
         degraded = after[c.CONDITION_DEGRADED]
         if degraded.status == "True" and before.get(c.CONDITION_DEGRADED, {}).get("message") != degraded.message:
             self._emit(body, _DEGRADED_EVENTS[str(degraded.reason)], degraded.message or "")

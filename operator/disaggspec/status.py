@@ -39,6 +39,8 @@ class Observation:
     fingerprint: str | None
     endpoint: str | None
     apply_error: str | None = None
+    denied_namespace: str | None = None
+    """Set when the service's namespace is denied to the operator (no children are created there)."""
 
 
 def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
@@ -124,6 +126,14 @@ def conditions(observation: Observation) -> list[Condition]:
             ready = _condition(r.READY_ALL_REPLICAS, "prefill, decode and router ready", gen)
         else:
             ready = _condition(r.READY_APPLY_FAILED, observation.apply_error, gen)
+    if observation.denied_namespace is not None:
+        progressing = _condition(r.PROGRESSING_NAMESPACE_DENIED, "no children in a denied namespace", gen)
+        ready = _condition(
+            r.READY_NAMESPACE_DENIED,
+            f"namespace {observation.denied_namespace} is denied to the operator (chart value deniedNamespaces): "
+            "no children are created here; use another namespace",
+            gen,
+        )
     return [ready, consistent, progressing, degraded]
 
 

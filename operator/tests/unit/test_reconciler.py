@@ -172,16 +172,25 @@ def test_an_apply_error_is_degraded_and_announced_once() -> None:
     decode = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-decode")
     client.refuse[decode] = apply.ApiError(403, "PATCH", decode, "denied by policy")
     reconciler = _reconciler(client)
-    _pass(reconciler, client)
+    # The failed pass is handed back to the work queue (raised) after status and Events are written.
+    with pytest.raises(apply.ApiError):
+        _pass(reconciler, client)
 
     degraded = _conditions(client)["Degraded"]
     assert (degraded["status"], degraded["reason"]) == ("True", r.DEGRADED_APPLY_FAILED.reason)
     assert degraded["message"] == f"PATCH {decode}: HTTP 403: denied by policy"
-    assert client.events == [Event(NAME, "Warning", r.EVENT_APPLY_FAILED.reason, degraded["message"])]
+    # Every child but the refused one was written (and is counted); the first wave went before the second.
+    applied = [e for e in client.events if e.reason == r.EVENT_CHILDREN_APPLIED.reason]
+    assert len(applied) == 1 and f"Deployment/{NAME}-decode" not in applied[0].message
+    assert f"Deployment/{NAME}-prefill" in applied[0].message
+    assert [e for e in client.events if e.reason != r.EVENT_CHILDREN_APPLIED.reason] == [
+        Event(NAME, "Warning", r.EVENT_APPLY_FAILED.reason, degraded["message"])
+    ]
 
     client.reset()
-    _pass(reconciler, client)  # fails the same way: no new Event
-    assert [e.reason for e in client.events] == []
+    with pytest.raises(apply.ApiError):
+        _pass(reconciler, client)  # fails the same way: no new Degraded Event
+    assert [e.reason for e in client.events if e.reason != r.EVENT_CHILDREN_APPLIED.reason] == []
 
     del client.refuse[decode]
     _pass(reconciler, client)

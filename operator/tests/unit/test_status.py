@@ -156,6 +156,7 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, rejection, {}, None, None),
         Observation(3, ACCEPTED, {"prefill": ready, "decode": ready, "router": ready}, None, None, "boom"),
         Observation(3, ACCEPTED, {}, None, None, "boom"),
+        Observation(3, ACCEPTED, {}, None, None, None, "kube-system"),
     ]
     known = {(v.condition, v.status, v.reason) for v in r.CONDITION_REASONS}
     seen = {(cond.type, cond.status, cond.reason) for o in observations for cond in status.conditions(o)}
