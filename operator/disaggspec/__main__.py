@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(__name__).warning("--webhook-ca %s does not exist: using the certificate as CA", ca)
             ca = None
         options = handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
-        handlers.enable_webhook(options)
+        handlers.enable_webhook()
         handlers.RUNTIME.webhook_server = webhook_server(client, options, args.webhook_timeout_seconds)
     metrics.serve(args.metrics_addr, args.metrics_port)
     if elector is not None:

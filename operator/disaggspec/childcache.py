@@ -256,24 +256,25 @@ class ServiceCache:
         version = _resource_version(obj)
         with self._lock:
             self._expire()
-            if uid and uid in self._tombstones:
+            if self._refuses(key, uid, version):
                 return False
-            held = self._versions.get(key)
-            same_object = self._uids.get(key, uid) == uid
-            if key in self._objects and same_object and version is not None and held is not None and held >= version:
-                return False
-        packed = pack(obj)
+        packed = pack(obj)  # outside the lock: the costly part
         with self._lock:
-            if uid and uid in self._tombstones:  # deleted while this was packed
-                return False
-            held = self._versions.get(key)
-            same_object = self._uids.get(key, uid) == uid
-            if key in self._objects and same_object and version is not None and held is not None and held >= version:
+            if self._refuses(key, uid, version):  # deleted, or a newer state stored, while this was packed
                 return False
             self._objects[key] = packed
             self._versions[key] = version
             self._uids[key] = uid
             return True
+
+    def _refuses(self, key: OwnerKey, uid: str, version: int | None) -> bool:
+        """`put` must not store this state: its uid is tombstoned, or the cache holds a state of the same object at
+        least as new (called with the lock held)."""
+        if uid and uid in self._tombstones:
+            return True
+        held = self._versions.get(key)
+        same_object = self._uids.get(key, uid) == uid
+        return key in self._objects and same_object and version is not None and held is not None and held >= version
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -300,11 +301,6 @@ class ServiceCache:
             self._forget(key)
             if uid:
                 self._bury(uid, key, "" if version is None else str(version))
-
-    def remove(self, namespace: str, name: str) -> None:
-        """Forget a service without a tombstone."""
-        with self._lock:
-            self._forget((namespace, name))
 
     def tombstoned(self, uid: str) -> bool:
         """The service with this uid was deleted (within the tombstone period)."""

@@ -71,9 +71,8 @@ class Runtime:
     """Set by `__main__` before kopf starts; handlers read it."""
 
     reconciler: Reconciler | None = None
-    webhook: WebhookOptions | None = None
     webhook_server: Any | None = None
-    """A ready kopf webhook server; when set, kopf serves with it and leaves the webhook configuration alone."""
+    """The webhook server (`webhookconfig.ConfiguringWebhookServer`) when the webhook is on; kopf serves with it."""
     children: ChildCache = field(default_factory=ChildCache)
     services: ServiceCache = field(default_factory=ServiceCache)
     """Every service seen and not deleted: what passes read, and what the periodic resync re-queues."""
@@ -127,13 +126,6 @@ def requeue(owners: Iterable[OwnerKey]) -> None:
         QUEUE.add(key)
 
 
-def _reset_backoff() -> None:
-    """A watch works again after failing: passes that failed meanwhile are retried now, not after their backoff."""
-    reset = getattr(QUEUE, "reset_backoff", None)
-    if reset is not None:
-        reset()
-
-
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = c.MANAGED_BY
@@ -150,27 +142,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     threading.Thread(target=_start_workers, name="start-workers", daemon=True).start()
     QUEUE.resync_every(_reconciler().config.resync_seconds, _resync_keys)
     if RUNTIME.webhook_server is not None:
-        # Built, served and registered (with its own timeoutSeconds) by the caller: kopf must not manage it.
+        # Built, served and registered (with its own timeoutSeconds) by `__main__`: kopf does not manage it.
         settings.admission.server = RUNTIME.webhook_server
-        return
-    options = RUNTIME.webhook
-    if options is not None:
-        settings.admission.server = kopf.WebhookServer(
-            addr=options.addr,
-            port=options.port,
-            host=options.host,
-            certfile=options.certfile,
-            pkeyfile=options.pkeyfile,
-            cafile=options.cafile,
-        )
-        settings.admission.managed = c.GROUP
 
 
 def start_informers() -> list[informer.Informer]:
     """Start one informer per owned kind and watched namespace (their own threads), and the cache gauges."""
     transport = informer.ClientTransport(_reconciler().client)
     RUNTIME.informers = informer.informers(
-        transport, RUNTIME.children, RUNTIME.namespaces, requeue, on_recovered=_reset_backoff
+        transport, RUNTIME.children, RUNTIME.namespaces, requeue, on_recovered=QUEUE.reset_backoff
     )
     for each in RUNTIME.informers:
         each.start()
@@ -260,13 +240,12 @@ def admit(*, body: kopf.Body, **kwargs: Any) -> None:
         raise kopf.AdmissionError(rejection.text, code=422)
 
 
-def enable_webhook(options: WebhookOptions) -> None:
+def enable_webhook() -> None:
     """Serve `admit` as the validating webhook (kopf refuses admission handlers without a server, so opt-in).
 
     failurePolicy is Ignore: when the operator is down, writes still go through the CRD's CEL rules, and reconcile
     refuses (SpecConfigConsistent=False, no child changed) what only the Python rules catch.
     """
-    RUNTIME.webhook = options
     # persistent: a graceful exit leaves the webhook registered (failurePolicy Ignore covers the downtime), so a
     # restart or a failover never opens a window without it.
     kopf.on.validate(

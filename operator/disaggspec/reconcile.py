@@ -91,10 +91,6 @@ class Reconciler:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
-    def denied_namespaces(self) -> tuple[str, ...]:
-        """Namespaces where no service gets children (`OperatorConfig.denied_namespaces`)."""
-        return tuple(getattr(self.config, "denied_namespaces", ()))
-
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
@@ -164,7 +160,7 @@ class Reconciler:
         apply_error: str | None = None
         failed: apply.ApiError | None = None
         fingerprint = endpoint = None
-        denied = namespace in self.denied_namespaces()
+        denied = namespace in self.config.denied_namespaces
         # A service being deleted gets no new children (they would only be garbage-collected again).
         if not rejection and service is not None and not denied and not meta.get("deletionTimestamp"):
             fingerprint = render.fingerprint(service)

@@ -176,7 +176,7 @@ def test_service_cache_takes_a_non_integer_version_and_forgets_removed_services(
     assert held is not None and held["status"]["conditions"][0]["status"] == "True"
     cache.put(_service("b", "3", "True", uid="s-2"))
     assert cache.keys() == [("ns", "a"), ("ns", "b")]
-    cache.remove("ns", "a")
+    cache.evict("ns", "a")
     assert cache.get("ns", "a") is None and cache.keys() == [("ns", "b")]
 
 
