@@ -3,10 +3,13 @@
 Brings up the local control plane (building its binaries on first use), `helm install`s the operator chart (its CRD,
 ServiceAccount, least-privilege RBAC, Services and webhook configuration), starts the operator as a background process
 with a token of the chart's ServiceAccount (the kwok nodes run no containers, so the chart's own Deployment never
-starts; the process gets exactly the chart's permissions), applies the EAGLE3 example, waits for Ready, prints the
-service, its children and the rendered prefill/decode SGLang command lines, then applies two bad specs and prints how
-each is rejected: a prefill/decode mismatch (CEL, in the CRD) and an unknown SGLang flag (the operator's webhook). The
-cluster and the operator keep running for exploration until `make demo-down`.
+starts; the process gets exactly the chart's permissions), starts the pod runner of serving mode (each pod becomes a
+local process on its own loopback IP: the real pinned router package for the router pod, the SGLang emulator for pool
+pods), applies the EAGLE3 example, waits for Ready, prints the service, its children and the rendered command lines,
+sends a real request through the router and prints the (emulated) answer and who served it, shows every pool pod's
+SGLang metrics, then applies two bad specs and prints how each is rejected: a prefill/decode mismatch (CEL, in the
+CRD) and an unknown SGLang flag (the operator's webhook). The cluster, the operator, the pod runner and the service
+keep running for exploration (it prints a `curl` line to try) until `make demo-down`.
 """
 
 from __future__ import annotations
@@ -25,10 +28,15 @@ from typing import Any
 
 import yaml
 
+from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import ClusterError, LocalCluster
 from e2e.cluster.processes import port_free
+from e2e.serving.daemon import start_runner
+from e2e.serving.plan import DEFAULT_LAUNCHER
+from e2e.serving.routers import ensure_router_venv
 from e2e.support.kube import Cluster, CommandFailed
 from e2e.support.operator_install import CHART, fullname, service_account_kubeconfig
+from e2e.support.serving import ready_pods, served_model
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / ".state" / "demo"
@@ -99,10 +107,23 @@ def _wait_webhook(cluster: LocalCluster) -> None:
     raise ClusterError("the operator never registered its admission webhook")
 
 
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def _metric_lines(url: str, names: tuple[str, ...]) -> list[str]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return [line for line in text.splitlines() if line.startswith(names)]
+
+
 def up() -> None:
     cluster = LocalCluster()
-    say("1. local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
-    state = cluster.up()
+    say("1. local control plane in serving mode (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
+    state = cluster.up(serving=True)
     show(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,topology.kubernetes.io/zone"))
 
     say(f"2. helm install {RELEASE} {CHART.relative_to(REPO)} (the CRD, RBAC, Services, webhook configuration)")
@@ -134,11 +155,22 @@ def up() -> None:
     start_operator(token_kubeconfig)
     _wait_webhook(cluster)
 
+    example: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    router = PROFILES[example["spec"]["sglang"]["version"]].router
+    say(f"3b. the pod runner: the kubelet of the kwok nodes ({router.requirement} for routers, SGLang emulator)")
+    ensure_router_venv(router)
+    start_runner(state.directory, state.kubeconfig, DEFAULT_LAUNCHER, [], timeout=60)
+    print(f"pod runner running; logs in {state.directory / 'serving' / 'logs'}")
+
     say(f"4. apply {EXAMPLE.relative_to(REPO)}: Llama-3.1-8B-Instruct + EAGLE3 draft, prefill and decode pools")
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    # The example reads a Hugging Face token from this Secret; nothing is downloaded here.
+    cluster.kubectl(
+        "create", "secret", "generic", "hf-token", "-n", NAMESPACE, "--from-literal=token=hf_not_used_here", check=False
+    )
     show(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE)))
-    name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
-    show(cluster.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"dss/{name}", "--timeout=120s"))
+    name = example["metadata"]["name"]
+    show(cluster.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"dss/{name}", "--timeout=180s"))
 
     say("5. kubectl get dss, and the children the operator applied")
     show(cluster.kubectl("get", "dss", "-n", NAMESPACE))
@@ -151,6 +183,29 @@ def up() -> None:
         )
         command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
         print(f"{role}:\n  " + " ".join(command))
+
+    say(f"6b. a request through the real router ({router.requirement}) to the prefill/decode pair (emulated SGLang)")
+    client_pods = {role: ready_pods(client, NAMESPACE, name, role) for role in ("router", "prefill", "decode")}
+    port = example["spec"].get("router", {}).get("port", 30000)
+    url = f"http://{client_pods['router'][0]['status']['podIP']}:{port}"
+    model = served_model(example)
+    body = {"model": model, "messages": [{"role": "user", "content": "What is speculative decoding?"}], "max_tokens": 8}
+    answer = _post(f"{url}/v1/chat/completions", body)
+    served = answer.get("emulator", {})
+    print(f"POST {url}/v1/chat/completions  model={model}")
+    print(f"answer (emulated model output): {answer['choices'][0]['message']['content']!r}")
+    print(
+        f"served by prefill {served.get('prefill_pod')} -> decode {served.get('decode_pod')}, bootstrap port "
+        f"{served.get('bootstrap_port')}, speculative fingerprints match: {served.get('fingerprint_match')}"
+    )
+
+    say("6c. every pool pod's /metrics, with SGLang's metric names")
+    for role in ("prefill", "decode"):
+        for pod in client_pods[role]:
+            metrics = f"http://{pod['status']['podIP']}:30000/metrics"
+            print(f"{role} {pod['metadata']['name']} ({metrics}):")
+            for line in _metric_lines(metrics, ("sglang:num_requests_total", "sglang:spec_accept_length")):
+                print(f"  {line}")
 
     say("7. a mismatched pair: decode overrides eagleTopk (rejected by the CRD's CEL rules, no operator needed)")
     original: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
@@ -165,9 +220,12 @@ def up() -> None:
     unknown["spec"]["decode"]["extraArgs"] = ["--enable-magic"]
     show(cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(unknown), check=False))
 
-    say("explore")
+    say("explore: the service keeps serving until `make demo-down`")
+    curl_body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16})
+    print(f"curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{curl_body}'")
+    print(f"{sys.executable} -m e2e.serving.traffic --url {url} --model {model} --streams 8 --requests 200")
     print(f'eval "$({sys.executable} -m e2e.cluster env)"   # then: kubectl get dss -n {NAMESPACE} -o yaml')
-    print("make demo-down                                    # stop the operator and the cluster")
+    print("make demo-down                                    # stop the operator, the pod runner and the cluster")
 
 
 def down() -> None:

@@ -1,6 +1,7 @@
-"""Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}`, and for
-fault injection `python -m e2e.cluster {stop,start,restart} <component>` (etcd, apiserver, controller-manager,
-scheduler, kwok): one process stopped or brought back with its flags, ports and data."""
+"""Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}` (`up
+--serving` for serving mode, see `python -m e2e.serving`), and for fault injection `python -m e2e.cluster
+{stop,start,restart} <component>` (etcd, apiserver, controller-manager, scheduler, kwok): one process stopped or
+brought back with its flags, ports and data."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
     up.add_argument("--port-base", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", "16379")))
+    up.add_argument(
+        "--serving",
+        action="store_true",
+        help="serving mode: kwok leaves readiness, restarts and deletion of pods to the pod runner "
+        "(`python -m e2e.serving start`), which runs one local process per container on the pod's loopback IP",
+    )
     commands.add_parser("down", help="stop every process `up` started and remove the state")
     commands.add_parser("status", help="show processes, health and nodes")
     commands.add_parser("env", help="print shell exports: KUBECONFIG and PATH with kubectl and helm")
@@ -40,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             build.ensure_built()
         elif args.command == "up":
-            cluster.up(port_base=args.port_base, nodes=NodeShape(count=args.nodes))
+            cluster.up(port_base=args.port_base, nodes=NodeShape(count=args.nodes), serving=args.serving)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -32,21 +32,32 @@ from e2e.cluster.processes import LOOPBACK, alive, is_ours, log, port_free, stop
 CLIENT_QPS = 5000
 CLIENT_BURST = 10000
 SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
+LEGACY_POD_CIDR = "10.244.0.0/16"
+"""The pod network of a cluster in default mode (nothing binds its pod IPs, and the EndpointSlice controller accepts
+them), and of every state file written before `pod_cidr` existed."""
 STATE_FILE = "cluster.json"
 # Fake-node marker: kwok manages exactly the nodes that carry this annotation.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 RDMA_RESOURCE = "rdma/hca_shared_devices_a"
 GPU_RESOURCE = "nvidia.com/gpu"
 ZONES = ("zone-a", "zone-b")
-# Order matters: kwok applies the first stage whose selector matches.
+# Order matters: kwok applies the first stage whose selector matches. Paths under kwok's module `stage/` directory,
+# except those under `stages/` here (ours).
+KWOK_NODE_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml")
 KWOK_STAGE_FILES = (
-    "node/fast/node-initialize.yaml",
-    "node/heartbeat/node-heartbeat.yaml",
+    *KWOK_NODE_STAGES,
     "pod/fast/pod-ready.yaml",
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
+"""Default mode: kwok marks pods Running and Ready at once and deletes terminating pods itself."""
+OWN_STAGES = Path(__file__).resolve().parent / "stages"
+SERVING_POD_STAGE = "pod-running-unready.yaml"
+SERVING_STAGE_FILES = (*KWOK_NODE_STAGES, SERVING_POD_STAGE, "pod/fast/pod-complete.yaml")
+"""Serving mode: kwok binds pods (Running, an IP) but leaves readiness, restarts and deletion to the pod runner
+(`python -m e2e.serving`), the kubelet double that runs one local process per container."""
+SERVING_DIR = "serving"
+"""The pod runner's files (pidfile, process table, logs) live in this subdirectory of the cluster's state directory."""
 
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -60,6 +71,24 @@ COMPONENT_ALIASES = {
 
 class ClusterError(RuntimeError):
     """The cluster cannot be started or used; the message says why and what to do."""
+
+
+def pod_cidr_for(port_base: int) -> str:
+    """The pod network of the cluster on `port_base`: a /16 of loopback, `127.N.0.0/16` with N in 2..254.
+
+    Linux routes all of 127.0.0.0/8 to `lo`, so a process can bind a kwok-allocated pod IP with no setup, and traffic
+    to it never leaves the host. N follows the port base in steps of 10 (the spacing of the test clusters' bases), so
+    clusters that can run side by side (the default 16379, the session clusters from 17379, the private ones from
+    17879, the fixed test bases 18379 and 18479) get different networks; N never is 0 or 1 (no overlap with
+    127.0.0.1 or systemd-resolved's 127.0.0.53) nor 255 (the 127/8 broadcast address)."""
+    return f"127.{2 + (port_base // 10) % 253}.0.0/16"
+
+
+def kwok_stage_documents(serving: bool) -> list[str]:
+    """The kwok Stage documents of a cluster, in kwok's order of precedence."""
+    kwok_stages = build.KWOK.directory / "stage"
+    files = SERVING_STAGE_FILES if serving else KWOK_STAGE_FILES
+    return [(OWN_STAGES / name if name == SERVING_POD_STAGE else kwok_stages / name).read_text() for name in files]
 
 
 def default_state_dir() -> Path:
@@ -105,6 +134,14 @@ class State:
     ports: Ports
     nodes: NodeShape = field(default_factory=NodeShape)
     pids: dict[str, int] = field(default_factory=dict)
+    pod_cidr: str = ""
+    """kwok's pod network (`--cidr`); empty means the one `pod_cidr_for` derives from the port base."""
+    serving: bool = False
+    """Serving mode: kwok leaves readiness, restarts and deletion of pods to the pod runner (`SERVING_STAGE_FILES`)."""
+
+    def __post_init__(self) -> None:
+        if not self.pod_cidr:
+            self.pod_cidr = pod_cidr_for(self.ports.etcd_client)
 
     @property
     def kubeconfig(self) -> Path:
@@ -115,7 +152,13 @@ class State:
         return f"https://{LOOPBACK}:{self.ports.apiserver}"
 
     def save(self) -> None:
-        data = {"ports": asdict(self.ports), "nodes": asdict(self.nodes), "pids": self.pids}
+        data = {
+            "ports": asdict(self.ports),
+            "nodes": asdict(self.nodes),
+            "pids": self.pids,
+            "pod_cidr": self.pod_cidr,
+            "serving": self.serving,
+        }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
         os.replace(tmp, self.directory / STATE_FILE)
@@ -126,7 +169,15 @@ class State:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        return cls(directory, Ports(**data["ports"]), NodeShape(**data["nodes"]), dict(data["pids"]))
+        return cls(
+            directory,
+            Ports(**data["ports"]),
+            NodeShape(**data["nodes"]),
+            dict(data["pids"]),
+            # A state written before these fields existed: its kwok runs on the old network, without serving mode.
+            pod_cidr=data.get("pod_cidr") or LEGACY_POD_CIDR,
+            serving=bool(data.get("serving", False)),
+        )
 
 
 def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
@@ -218,12 +269,23 @@ class LocalCluster:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
-    def up(self, port_base: int = 16379, nodes: NodeShape | None = None, timeout: float = 90.0) -> State:
-        """Start every component, or report that this state directory already runs a healthy cluster."""
+    def up(
+        self, port_base: int = 16379, nodes: NodeShape | None = None, timeout: float = 90.0, serving: bool = False
+    ) -> State:
+        """Start every component, or report that this state directory already runs a healthy cluster.
+
+        `serving=True` starts kwok with the serving stages: pods become Running with a loopback IP but not Ready, and
+        terminating pods stay until the pod runner (`python -m e2e.serving start`) finalises them."""
         existing = self.state()
         if existing is not None:
             running = self.running()
             if running and all(running.values()) and self._readyz(existing):
+                if existing.serving != serving:
+                    want, have = ("serving", "default") if serving else ("default", "serving")
+                    raise ClusterError(
+                        f"the cluster in {self.directory} runs in {have} mode, not {want} mode; "
+                        "run `make cluster-down` first to change it"
+                    )
                 log(f"already up: {existing.server}")
                 return existing
             dead = sorted(name for name, is_running in running.items() if not is_running)
@@ -245,7 +307,10 @@ class LocalCluster:
             )
         build.ensure_built()
         self.directory.mkdir(parents=True, exist_ok=True)
-        state = State(self.directory, ports, nodes or NodeShape())
+        # Loopback pod IPs only where processes bind them: the EndpointSlice controller refuses loopback endpoints and
+        # retries every Service that has pods, load a default-mode cluster has no reason to carry.
+        pod_cidr = pod_cidr_for(port_base) if serving else LEGACY_POD_CIDR
+        state = State(self.directory, ports, nodes or NodeShape(), pod_cidr=pod_cidr, serving=serving)
         state.save()
         started = time.monotonic()
         try:
@@ -254,7 +319,11 @@ class LocalCluster:
             log("start failed: stopping everything that was started")
             self.down(quiet=True)
             raise
-        log(f"up in {time.monotonic() - started:.1f}s: {state.server}, {state.nodes.count} kwok GPU nodes Ready")
+        mode = ", serving mode (start the pod runner: python -m e2e.serving start)" if serving else ""
+        log(
+            f"up in {time.monotonic() - started:.1f}s: {state.server}, {state.nodes.count} kwok GPU nodes Ready, "
+            f"pod IPs in {state.pod_cidr}{mode}"
+        )
         return state
 
     def _spawn(self, state: State, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -307,8 +376,7 @@ class LocalCluster:
             _write_kubeconfig(
                 path, state.server, keys.ca_cert, keys.client_cert(client), keys.client_key(client), client.user
             )
-        stages = build.KWOK.directory / "stage"
-        (d / "kwok-stages.yaml").write_text("\n---\n".join((stages / f).read_text() for f in KWOK_STAGE_FILES))
+        (d / "kwok-stages.yaml").write_text("\n---\n".join(kwok_stage_documents(state.serving)))
 
         self._start_component(state, "etcd", timeout)
         self._start_component(state, "kube-apiserver", timeout)
@@ -407,7 +475,7 @@ class LocalCluster:
                 f"--kubeconfig={d / f'{pki.KWOK.filename}.kubeconfig'}",
                 f"--config={d / 'kwok-stages.yaml'}",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                f"--cidr={POD_CIDR}",
+                f"--cidr={state.pod_cidr}",
                 f"--node-ip={LOOPBACK}",
                 f"--server-address={LOOPBACK}:{p.kwok}",
             ]
@@ -492,6 +560,11 @@ class LocalCluster:
     def down(self, quiet: bool = False) -> None:
         """Stop every recorded process (last started first) and remove the state directory. Idempotent."""
         state = self.state()
+        if (self.directory / SERVING_DIR).is_dir():
+            # The pod runner and its processes first: they live under this directory, which is about to go.
+            from e2e.serving.daemon import stop_runner
+
+            stop_runner(self.directory)
         if state is not None:
             for name, pid in reversed(list(state.pids.items())):
                 stop_pid(name, pid, self.directory)
@@ -511,6 +584,8 @@ class LocalCluster:
         healthy = all(running.values()) and self._readyz(state)
         yield f"apiserver {state.server}: {'ready' if healthy else 'NOT READY'}"
         yield f"kubeconfig {state.kubeconfig}"
+        mode = "serving (readiness, restarts and deletion by the pod runner: python -m e2e.serving)"
+        yield f"pod IPs {state.pod_cidr}, mode: {mode if state.serving else 'default (kwok marks pods Ready)'}"
         if healthy:
             nodes = self.kubectl("get", "nodes", "--no-headers", check=False).stdout.strip()
             yield from nodes.splitlines()

@@ -75,6 +75,11 @@ def stop_pid(name: str, pid: int, directory: Path, timeout: float = 15.0) -> Non
     os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+    # Not our child (started by another command): SIGKILL is delivered asynchronously, so wait for it to land
+    # before the caller reuses the port or starts the component again.
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def tail(path: Path, lines: int = 25) -> str:

@@ -80,12 +80,14 @@ PRIVATE_PORT_BASE = TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER
 
 
 @contextmanager
-def private_cluster(stem: str, nodes: int = 4) -> Iterator[tuple[LocalCluster, Cluster]]:
+def private_cluster(stem: str, nodes: int = 4, serving: bool = False) -> Iterator[tuple[LocalCluster, Cluster]]:
     """A local control plane of its own (state directory, ports), with the CRD installed, for tests that stop or
-    restart its components; stopped when the block ends. The session cluster is never touched."""
+    restart its components or need serving mode (`serving=True`: pods are Ready only through the pod runner);
+    stopped when the block ends. The session cluster is never touched."""
     _clear_abandoned_test_clusters()
     local = LocalCluster(STATE_ROOT / f"test-cluster-{stem}-{os.getpid()}")
-    state = local.up(port_base=_free_port_base(PRIVATE_PORT_BASE), nodes=NodeShape(count=nodes), timeout=180)
+    base = _free_port_base(PRIVATE_PORT_BASE)
+    state = local.up(port_base=base, nodes=NodeShape(count=nodes), timeout=180, serving=serving)
     try:
         handle = Cluster(state.kubeconfig, local=True)
         install_crd(handle)

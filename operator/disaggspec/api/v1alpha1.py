@@ -429,13 +429,26 @@ class PoolSpec(SpecModel):
 
 
 class RouterSpec(SpecModel):
-    """The PD router (sglang-router) that pairs prefill and decode servers and serves the OpenAI API."""
+    """The PD router that pairs prefill and decode servers and serves the OpenAI API: the router package pinned for
+    spec.sglang.version (sglang-router 0.1.9 for 0.5.2, smg 1.13.0 for 0.5.23)."""
 
     replicas: int = Field(default=1, ge=0, le=64, description="Number of router pods.")
     image: str | None = Field(
-        default=None, max_length=_MAX_STR, description="Router image; defaults to spec.sglang.image."
+        default=None,
+        max_length=_MAX_STR,
+        description=(
+            "Router image; defaults to the operator's routerImage setting, else the project's router image for "
+            "spec.sglang.version (disaggspec/router:sglang-router-0.1.9 for 0.5.2, disaggspec/router:smg-1.13.0 "
+            "for 0.5.23), which carries exactly the pinned router package and the readiness helper."
+        ),
     )
-    policy: RouterPolicy = Field(default="cache_aware", description="Load-balancing policy (--policy).")
+    policy: RouterPolicy | None = Field(
+        default=None,
+        description=(
+            "Load-balancing policy (--policy). Unset: cache_aware with smg (0.5.23), round_robin with sglang-router "
+            "0.1.9 (0.5.2), whose cache_aware cannot select the workers it discovers."
+        ),
+    )
     port: int = Field(
         default=DEFAULT_ROUTER_PORT, ge=1, le=65535, description="HTTP port of the router and its Service."
     )

@@ -82,7 +82,12 @@ def _ports(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
 def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> dict[str, Any]:
     spec = service.spec
     pool_spec = pool(spec, role)
-    pod_labels = {**pool_spec.pod_labels, **names.labels(service, role), c.LABEL_FINGERPRINT: fingerprint}
+    pod_labels = {
+        **pool_spec.pod_labels,
+        **names.labels(service, role),
+        c.LABEL_FINGERPRINT: fingerprint,
+        c.LABEL_VERSION: spec.sglang.version,
+    }
     pod_annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
     if role == c.ROLE_PREFILL:
         # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.

@@ -1,7 +1,12 @@
 """Renders the PD router: its ServiceAccount, Role and RoleBinding (list/watch pods), Deployment and Service; pure.
 
-sglang-router discovers servers itself (`--service-discovery`) by label selectors in the service's namespace. The
-selectors include the spec fingerprint, so the router only pairs pods rendered from the same must-match settings.
+The router is the pinned package of the service's SGLang release (`SGLangProfile.router`: sglang-router for 0.5.2,
+smg for 0.5.23), started with that package's own command. It discovers servers itself (`--service-discovery`) by
+label selectors in the service's namespace; the selectors include the spec fingerprint, so the router only pairs pods
+rendered from the same must-match settings. Readiness means "can serve PD": at least one healthy prefill and one
+healthy decode worker. sglang-router's PD `/readiness` already says exactly that; smg switches to its multi-model mode
+under service discovery, where `/readiness` counts any one worker, so its pods are gated by the readiness helper of the
+project's router image, which reads the router's worker list.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from disaggspec.api import DisaggSpecService
 from disaggspec.config import OperatorConfig
 from disaggspec.render import names
 from disaggspec.sglang.args import SERVER_PORT
+from disaggspec.sglang.profiles import ROUTER_READY_HELPER, RouterProfile, profile_for
 
 CONTAINER = "router"
 METRICS_PORT = 29000
@@ -24,12 +30,15 @@ def _selector_args(service: DisaggSpecService, role: str, fingerprint: str) -> l
     return [f"{key}={value}" for key, value in sorted(wanted.items())]
 
 
+def router_profile(service: DisaggSpecService) -> RouterProfile:
+    """The pinned router of the service's SGLang release."""
+    return profile_for(service.spec.sglang.version).router
+
+
 def command(service: DisaggSpecService, fingerprint: str) -> list[str]:
     router = service.spec.router
     return [
-        "python3",
-        "-m",
-        "sglang_router.launch_router",
+        *router_profile(service).launch,
         "--pd-disaggregation",
         "--service-discovery",
         "--service-discovery-namespace",
@@ -41,7 +50,7 @@ def command(service: DisaggSpecService, fingerprint: str) -> list[str]:
         "--decode-selector",
         *_selector_args(service, c.ROLE_DECODE, fingerprint),
         "--policy",
-        router.policy,
+        router.policy or router_profile(service).default_policy,
         "--host",
         "0.0.0.0",
         "--port",
@@ -78,10 +87,18 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
 
 
+def readiness_probe(service: DisaggSpecService) -> dict[str, Any]:
+    """Ready only with a healthy prefill and a healthy decode worker to route to (see the module docstring)."""
+    if not router_profile(service).discovery_forces_multi_model:
+        return _probe("/readiness", 5, 3)
+    helper = ["python3", ROUTER_READY_HELPER, "--url", f"http://localhost:{service.spec.router.port}"]
+    return {"exec": {"command": helper}, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
+
+
 def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: str) -> dict[str, Any]:
     spec = service.spec
     router = spec.router
-    image = router.image or config.router_image or spec.sglang.image
+    image = router.image or config.router_image or router_profile(service).image
     resources = router.resources.model_dump(mode="json", exclude_defaults=True)
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -94,8 +111,7 @@ def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: 
         ],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "livenessProbe": _probe("/liveness", 10, 6),
-        # Ready only once it has healthy prefill and decode workers to route to.
-        "readinessProbe": _probe("/readiness", 5, 3),
+        "readinessProbe": readiness_probe(service),
     }
     if resources:
         container["resources"] = resources

@@ -17,6 +17,74 @@ from disaggspec.sglang import _flags_0_5_2, _flags_0_5_23
 
 SGLangVersion = Literal["0.5.2", "0.5.23"]
 
+ROUTER_READY_HELPER: Final = "/usr/local/bin/disaggspec-router-ready"
+"""Path of the readiness helper inside the project's router image (images/router/router_ready.py)."""
+
+
+@dataclass(frozen=True)
+class RouterProfile:
+    """The PD router a supported SGLang release is served with: a pinned PyPI package and how it is started.
+
+    Every field is a fact about that package's wheel (`pip download --no-deps <package>==<version>`); citations are
+    `file:line` inside it. The operator renders `launch` + flags, the project's router image (images/router/) installs
+    exactly `package==version`, and the local serving simulation runs the same wheel from a cached venv.
+    """
+
+    package: str
+    """PyPI distribution name."""
+    version: str
+    """Pinned version of `package`."""
+    launch: tuple[str, ...]
+    """The argv prefix that starts the router; the rendered flags follow it."""
+    image: str
+    """Default router image (built from images/router/ with exactly this package and version)."""
+    discovery_policies: frozenset[str]
+    """`--policy` values that can select workers the router discovers itself (`--service-discovery`)."""
+    default_policy: str
+    """The policy rendered when spec.router.policy is unset."""
+    discovery_forces_multi_model: bool
+    """Whether `--service-discovery` switches the router into its multi-model mode, in which its own /readiness means
+    "any one worker" and requests must name the model; the operator then gates readiness with the helper."""
+
+    @property
+    def requirement(self) -> str:
+        """The pip requirement string of the pinned router."""
+        return f"{self.package}=={self.version}"
+
+
+# sglang-router 0.1.9 (wheel built 2025-08-07) is the newest release before sglang 0.5.2 (2025-09-11); 0.2.0 followed
+# on 2025-10-15. `python3 -m sglang_router.launch_router` (sglang_router/launch_router.py). Its PD /readiness answers
+# 503 "no healthy prefill workers" / "no healthy decode workers" unless both roles have a healthy worker
+# (sglang_router_rs: routers/pd_router.rs), so its own readiness already means "can serve PD".
+ROUTER_0_1_9: Final = RouterProfile(
+    package="sglang-router",
+    version="0.1.9",
+    launch=("python3", "-m", "sglang_router.launch_router"),
+    image="disaggspec/router:sglang-router-0.1.9",
+    # Measured in the serving simulation (requests through this wheel to pods it discovered): with cache_aware, for
+    # either role, every PD request fails "No available servers: Failed to select prefill (decode) worker": workers
+    # added by discovery never enter the cache-aware trees, which only static --prefill/--decode URLs seed.
+    # random, round_robin and power_of_two serve.
+    discovery_policies=frozenset({"random", "round_robin", "power_of_two"}),
+    default_policy="round_robin",
+    discovery_forces_multi_model=False,
+)
+
+# SGLang images after 0.5.8 no longer ship sglang_router (sgl-project/sglang#20767); the router moved to `smg`.
+# `python3 -m smg launch` (smg/__main__.py -> smg/cli.py `launch`). smg/launch_router.py enables IGW (multi-model)
+# mode whenever a discovery provider is selected ("IGW mode automatically enabled because service discovery is
+# turned on"), where /readiness counts any healthy worker.
+ROUTER_SMG_1_13_0: Final = RouterProfile(
+    package="smg",
+    version="1.13.0",
+    launch=("python3", "-m", "smg", "launch"),
+    image="disaggspec/router:smg-1.13.0",
+    # Every policy the operator exposes serves discovered workers (measured in the serving simulation).
+    discovery_policies=frozenset({"random", "round_robin", "cache_aware", "power_of_two"}),
+    default_policy="cache_aware",
+    discovery_forces_multi_model=True,
+)
+
 # 0.5.23 allocates the top-k metadata rows with a fixed width of 16 (sglang/srt/disaggregation/utils.py:468-473,
 # `torch.zeros((size, 16), ...)`, and the comment at :650 "speculative_eagle_topk should not be greater than 16
 # currently"), and copies topk entries into them, so a wider top-k fails at prefill.
@@ -57,6 +125,8 @@ class SGLangProfile:
     when the rows are sized from topk, so there is no fixed limit."""
     flags: frozenset[str]
     """Every option string the server-args parser registers."""
+    router: RouterProfile
+    """The PD router this release is served with."""
 
     def knows_flag(self, flag: str) -> bool:
         """Whether `flag` (`--name` or `--name=value`) is an option of this release's server."""
@@ -91,6 +161,7 @@ PROFILE_0_5_2: Final = SGLangProfile(
     # (images/sglang/patches/0.5.2/0002-scheduler-size-hidden-row-from-draft.patch), so no fixed width applies.
     topk_buffer_width=None,
     flags=_flags_0_5_2.FLAGS,
+    router=ROUTER_0_1_9,
 )
 
 PROFILE_0_5_23: Final = SGLangProfile(
@@ -124,6 +195,7 @@ PROFILE_0_5_23: Final = SGLangProfile(
     per_gpu_ib_device_map=True,
     topk_buffer_width=TOPK_BUFFER_WIDTH,
     flags=_flags_0_5_23.FLAGS,
+    router=ROUTER_SMG_1_13_0,
 )
 
 PROFILES: Final[dict[SGLangVersion, SGLangProfile]] = {p.version: p for p in (PROFILE_0_5_2, PROFILE_0_5_23)}

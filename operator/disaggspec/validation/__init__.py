@@ -49,6 +49,7 @@ RULES: Final[tuple[Rule, ...]] = (
     speculative.DRAFT_MODEL_REQUIRED,
     versions.BACKEND_SUPPORTED,
     versions.KV_DTYPE_SUPPORTED,
+    versions.ROUTER_POLICY_SUPPORTED,
     speculative.NUM_DRAFT_TOKENS_CHAIN,
     speculative.NUM_DRAFT_TOKENS_REQUIRED,
     speculative.REJECTION_SAMPLING_TOPK,

@@ -68,6 +68,28 @@ KV_DTYPE_SUPPORTED: Final = supported_choice(
 )
 
 
+def _unroutable_policy(service: DisaggSpecService) -> Iterator[str]:
+    policy = service.spec.router.policy
+    if policy is not None and policy not in profile_of(service).router.discovery_policies:
+        yield "spec.router.policy"
+
+
+# Measured, not documented upstream: see RouterProfile.discovery_policies in disaggspec/sglang/profiles.py.
+ROUTER_POLICY_SUPPORTED: Final = Rule(
+    "router-policy-supported",
+    ("spec.router.policy", "spec.sglang.version"),
+    "spec.router.policy cannot route discovered workers with the router of spec.sglang.version (sglang-router 0.1.9 "
+    "for 0.5.2 accepts cache_aware but then fails every request: its cache-aware trees never learn the workers it "
+    "discovers): use round_robin, random or power_of_two, or leave it unset",
+    _unroutable_policy,
+    Cel(
+        DisaggSpecServiceSpec,
+        "!has(self.router) || !has(self.router.policy) || "
+        + by_version(lambda prof: f"self.router.policy in {string_list(prof.router.discovery_policies)}"),
+    ),
+)
+
+
 # ---- options only newer releases have ----------------------------------------------------------------------------
 
 

@@ -102,7 +102,8 @@ def test_defaults_applied_and_columns_printed(crd: Cluster, namespace: str) -> N
     stored = json.loads(crd.kubectl("get", "dss", "defaults", "-n", namespace, "-o", "json").stdout)
     spec = stored["spec"]
     assert spec["transfer"] == {"backend": "mooncake", "bootstrapPort": 8998}
-    assert spec["router"]["policy"] == "cache_aware" and spec["router"]["port"] == 30000
+    # No stored policy: the renderer picks the pinned router's default for the release (RouterProfile.default_policy).
+    assert "policy" not in spec["router"] and spec["router"]["port"] == 30000
     assert spec["engine"]["pageSize"] == 1 and spec["engine"]["kvCacheDtype"] == "auto"
     assert spec["prefill"]["replicas"] == 1
     header = crd.kubectl("get", "dss", "-n", namespace).stdout.splitlines()[0].split()

@@ -123,6 +123,7 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "transfer-backend-supported",
     ),
     Case("kv-bf16-on-0.5.2", {**V052, "spec.engine": {"kvCacheDtype": "bf16"}}, "engine-kv-cache-dtype-supported"),
+    Case("cache-aware-router-on-0.5.2", {**V052, "spec.router": {"policy": "cache_aware"}}, "router-policy-supported"),
     Case("chain-draft-tokens-wrong", {"spec.speculative.numDraftTokens": 5}, "spec-num-draft-tokens-chain"),
     Case(
         "chain-draft-tokens-wrong-in-pool",
@@ -307,6 +308,8 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
 
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
+    Case("cache-aware-router-on-0.5.23", {"spec.router": {"policy": "cache_aware"}}),
+    Case("round-robin-router-on-0.5.2", {**V052, "spec.router": {"policy": "round_robin"}}),
     Case("pool-restates-shared", {"spec.decode.speculative": {"algorithm": "EAGLE3", "numSteps": 3, "eagleTopk": 1}}),
     Case("nextn-without-draft", {"spec.speculative.algorithm": "NEXTN", "spec.speculative.draftModel": DELETE}),
     Case("num-steps-may-differ-without-multi-layer", {"spec.decode.speculative": {"numSteps": 2}}),

@@ -55,7 +55,7 @@ def test_unknown_field_rejected() -> None:
 def test_defaults() -> None:
     spec = parse_service(BASE).spec
     assert spec.transfer.backend == "mooncake" and spec.transfer.bootstrap_port == 8998
-    assert spec.router.policy == "cache_aware" and spec.router.port == api.DEFAULT_ROUTER_PORT
+    assert spec.router.policy is None and spec.router.port == api.DEFAULT_ROUTER_PORT
     assert spec.engine.page_size == 1 and spec.engine.kv_cache_dtype == "auto"
     assert spec.prefill.replicas == 1 and spec.prefill.extra_args == []
 

@@ -26,7 +26,7 @@ from e2e.cluster import build
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "disaggspec-operator"
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-DOCKERFILES = [REPO / "images" / "operator" / "Dockerfile", REPO / "images" / "sglang" / "Dockerfile"]
+DOCKERFILES = [REPO / "images" / name / "Dockerfile" for name in ("operator", "sglang", "router")]
 BUILT_IN_GROUPS = {"", "apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "policy"}
 RELEASE_NAMESPACE = "disaggspec-system"
 

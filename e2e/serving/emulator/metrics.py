@@ -1,0 +1,177 @@
+"""Prometheus metrics with the names, kinds and labels of each release (see facts.py for the citations).
+
+A private registry per server; `_created` samples are disabled because SGLang exports through prometheus_client's
+multiprocess collector, which has none. Every family is created with its base label values at start-up so a scraper
+sees zeros before the first request (SGLang creates some children lazily; the values are the same).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from e2e.serving.emulator import facts
+from e2e.serving.emulator.facts import Metric, VersionFacts
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+_BUCKETS: dict[str, tuple[float, ...]] = {
+    "sglang:time_to_first_token_seconds": facts.TTFT_BUCKETS,
+    "sglang:e2e_request_latency_seconds": facts.E2E_BUCKETS,
+    "sglang:inter_token_latency_seconds": facts.ITL_BUCKETS,
+    "sglang:kv_transfer_speed_gb_s": facts.KV_SPEED_BUCKETS,
+    "sglang:kv_transfer_latency_ms": facts.KV_LATENCY_BUCKETS,
+    "sglang:kv_transfer_bootstrap_ms": facts.KV_BOOTSTRAP_BUCKETS,
+}
+
+
+@dataclass(frozen=True)
+class Labels:
+    tokenizer: dict[str, str]
+    scheduler: dict[str, str]
+
+
+class Metrics:
+    """The server's metrics; `observe_*` methods record what happened, named after SGLang's collector methods."""
+
+    def __init__(self, version_facts: VersionFacts, served_model_name: str, disaggregation_mode: str) -> None:
+        self.facts = version_facts
+        self.registry = CollectorRegistry(auto_describe=True)
+        engine_type = {"prefill": "prefill", "decode": "decode"}.get(disaggregation_mode, "unified")
+        if version_facts.version == "0.5.2":
+            engine_type = "unified"  # 0.5.2 scheduler_metrics_mixin.py:53 hard-codes it
+        base = {"model_name": served_model_name, "engine_type": engine_type}
+        scheduler = {"tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        self.labels = Labels(
+            tokenizer={k: base[k] for k in version_facts.tokenizer_labels},
+            scheduler={k: base.get(k, scheduler.get(k, "0")) for k in version_facts.scheduler_labels},
+        )
+        self._metrics: dict[str, Any] = {}
+        for metric in version_facts.metrics:
+            self._metrics[metric.defined_as] = self._create(metric)
+        self._spec_tokens = 0
+        self._spec_steps = 0
+        self._spec_drafts = 0
+        self._spec_proposed = 0
+
+    def _base(self, metric: Metric) -> dict[str, str]:
+        return self.labels.tokenizer if metric.scope == "tokenizer" else self.labels.scheduler
+
+    def _create(self, metric: Metric) -> Any:
+        names = [*self._base(metric), *metric.extra_labels]
+        doc = f"{metric.defined_as} (emulated; defined at {metric.source})"
+        created: Any
+        if metric.kind == "counter":
+            created = Counter(metric.defined_as, doc, labelnames=names, registry=self.registry)
+        elif metric.kind == "gauge":
+            created = Gauge(metric.defined_as, doc, labelnames=names, registry=self.registry)
+        else:
+            buckets = _BUCKETS.get(metric.defined_as, facts.TTFT_BUCKETS)
+            created = Histogram(metric.defined_as, doc, labelnames=names, buckets=buckets, registry=self.registry)
+        if not metric.extra_labels:
+            created.labels(**self._base(metric))
+        elif metric.extra_labels == ("is_streaming",):
+            for value in ("false", "true"):
+                created.labels(**self._base(metric), is_streaming=value)
+        return created
+
+    def has(self, name: str) -> bool:
+        return name in self._metrics
+
+    def _child(self, name: str, **extra: str) -> Any:
+        metric = next(m for m in self.facts.metrics if m.defined_as == name)
+        return self._metrics[name].labels(**self._base(metric), **extra)
+
+    def _streaming(self, name: str, stream: bool) -> Any:
+        if self.facts.version == "0.5.2":
+            return self._child(name)
+        return self._child(name, is_streaming="true" if stream else "false")
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # --- tokenizer side: observe_one_finished_request and friends -------------------------------------------------
+
+    def observe_finished_request(
+        self,
+        *,
+        prompt_tokens: int,
+        generation_tokens: int,
+        e2e_latency: float,
+        stream: bool,
+        spec_verify_ct: int,
+    ) -> None:
+        """0.5.2 collector.py:823-841, 0.5.23 metrics_collector.py:2092-2141."""
+        self._streaming("sglang:prompt_tokens_total", stream).inc(prompt_tokens)
+        self._streaming("sglang:generation_tokens_total", stream).inc(generation_tokens)
+        self._streaming("sglang:num_requests_total", stream).inc()
+        self._streaming("sglang:e2e_request_latency_seconds", stream).observe(e2e_latency)
+        if spec_verify_ct > 0 and self.has("sglang:spec_verify_calls_total"):
+            self._child("sglang:spec_verify_calls_total").inc(spec_verify_ct)
+
+    def observe_time_to_first_token(self, seconds: float, stream: bool) -> None:
+        self._streaming("sglang:time_to_first_token_seconds", stream).observe(seconds)
+
+    def observe_inter_token_latency(self, seconds: float) -> None:
+        self._child("sglang:inter_token_latency_seconds").observe(seconds)
+
+    def observe_aborted_request(self) -> None:
+        name = "sglang:num_aborted_requests" if self.facts.version == "0.5.2" else "sglang:num_aborted_requests_total"
+        self._child(name).inc()
+
+    # --- scheduler side ---------------------------------------------------------------------------------------------
+
+    def set_queues(self, *, running: int, queued: int, prefill_bootstrap: int, prefill_inflight: int) -> None:
+        self._child("sglang:num_running_reqs").set(running)
+        self._child("sglang:num_queue_reqs").set(queued)
+        bootstrap_queue = (
+            "sglang:num_prefill_prealloc_queue_reqs"
+            if self.facts.version == "0.5.2"
+            else "sglang:num_prefill_bootstrap_queue_reqs"
+        )
+        self._child(bootstrap_queue).set(prefill_bootstrap)
+        self._child("sglang:num_prefill_inflight_queue_reqs").set(prefill_inflight)
+
+    def set_decode_queues(self, *, prealloc: int, transfer: int) -> None:
+        self._child("sglang:num_decode_prealloc_queue_reqs").set(prealloc)
+        self._child("sglang:num_decode_transfer_queue_reqs").set(transfer)
+
+    def set_usage(self, *, used_tokens: int, capacity: int, gen_throughput: float) -> None:
+        self._child("sglang:num_used_tokens").set(used_tokens)
+        self._child("sglang:token_usage").set(used_tokens / capacity if capacity else 0.0)
+        self._child("sglang:gen_throughput").set(gen_throughput)
+
+    def observe_spec(self, *, tokens: int, steps: int, correct_drafts: int, proposed_drafts: int) -> None:
+        """Accept length = tokens per verify step, bonus token included (0.5.2 scheduler_metrics_mixin.py:200-231;
+        0.5.23 spec_accept_length / spec_accept_rate)."""
+        self._spec_tokens += tokens
+        self._spec_steps += steps
+        self._spec_drafts += correct_drafts
+        self._spec_proposed += proposed_drafts
+        if self._spec_steps:
+            self._child("sglang:spec_accept_length").set(self._spec_tokens / self._spec_steps)
+        if self.has("sglang:spec_accept_rate") and self._spec_proposed:
+            self._child("sglang:spec_accept_rate").set(self._spec_drafts / self._spec_proposed)
+
+    def increment_bootstrap_failed_reqs(self) -> None:
+        self._child("sglang:num_bootstrap_failed_reqs_total").inc()
+
+    def increment_transfer_failed_reqs(self) -> None:
+        self._child("sglang:num_transfer_failed_reqs_total").inc()
+
+    def observe_kv_transfer(self, *, speed_gb_s: float, latency_ms: float, bootstrap_ms: float | None) -> None:
+        """Prefill side, per finished transfer: 0.5.2 keeps the last value in gauges, 0.5.23 histograms."""
+        for name, value in (
+            ("sglang:kv_transfer_speed_gb_s", speed_gb_s),
+            ("sglang:kv_transfer_latency_ms", latency_ms),
+        ):
+            child = self._child(name)
+            if self.facts.version == "0.5.2":
+                child.set(value)
+            else:
+                child.observe(value)
+        if bootstrap_ms is not None and self.has("sglang:kv_transfer_bootstrap_ms"):
+            self._child("sglang:kv_transfer_bootstrap_ms").observe(bootstrap_ms)

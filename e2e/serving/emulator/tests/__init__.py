@@ -1,0 +1,1 @@
+"""Tests of the SGLang worker emulator: argv parsing, honesty against the wheels, and end to end with real routers."""

@@ -1,0 +1,188 @@
+"""Honesty: every route, metric, message and environment variable the emulator claims is in the pinned wheel, where
+facts.py cites it; and the emulator serves exactly the routes of its release (others are 404, as FastAPI answers)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from aiohttp import web
+
+from e2e.serving.emulator import facts
+from e2e.serving.emulator.metrics import Metrics
+from e2e.serving.emulator.options import parse_options
+from e2e.serving.emulator.pd import BootstrapServer
+from e2e.serving.emulator.server import EmulatorServer
+from e2e.serving.emulator.sglang_args import server_config
+from e2e.serving.emulator.tests.harness import REPO, sglang_args
+from e2e.serving.emulator.tests.sglang_sources import read, sglang_tree
+
+VERSIONS = facts.VERSIONS
+
+
+@pytest.fixture(autouse=True)
+def _trees() -> None:
+    for version in VERSIONS:
+        if sglang_tree(version) is None:
+            pytest.skip(f"no SGLang {version} wheel tree (images/sglang/check-patches.sh --print-tree {version})")
+
+
+def _line(version: str, citation: str) -> str:
+    path, _, number = citation.rpartition(":")
+    first = int(number.split("-")[0])
+    lines = read(version, path).splitlines()
+    return "\n".join(lines[first - 1 : first + 4])
+
+
+def _declares_route(text: str, path: str) -> bool:
+    quoted = re.escape(f'"{path}"')
+    return (
+        re.search(
+            rf"(@(app|router)\.(get|post|put|api_route|route)\(\s*{quoted}|add_(route|get|post)\([^)]*{quoted}|Mount\({quoted})",
+            text,
+        )
+        is not None
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_http_routes_are_where_facts_says(version: str) -> None:
+    version_facts = facts.facts_for(version)
+    for route in (*version_facts.http_routes, version_facts.metrics_route):
+        window = _line(version, route.source)
+        assert _declares_route(window, route.path), f"{version}: {route.path} not declared at {route.source}:\n{window}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bootstrap_routes_are_where_facts_says(version: str) -> None:
+    for route in facts.facts_for(version).bootstrap_routes:
+        window = _line(version, route.source)
+        assert _declares_route(window, route.path), f"{version}: {route.path} not at {route.source}:\n{window}"
+
+
+def test_routes_absent_from_a_release_are_really_absent() -> None:
+    """What the emulator answers 404 for, because the release has no such route."""
+    http_052 = read("0.5.2", facts.HTTP_SERVER)
+    http_0523 = read("0.5.23", facts.HTTP_SERVER) + read("0.5.23", "sglang/srt/entrypoints/v1_loads.py")
+    for path in ("/ready", "/model_info", "/server_info", "/v1/loads", "/loads"):
+        assert not _declares_route(http_052, path), path
+    for path in ("/get_load", "/loads"):
+        assert not _declares_route(http_0523, path), path
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_metrics_are_defined_where_facts_says(version: str) -> None:
+    for metric in facts.facts_for(version).metrics:
+        window = _line(version, metric.source)
+        assert f'name="{metric.defined_as}"' in window, f"{version}: {metric.defined_as} not at {metric.source}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_exported_metric_names_exist_in_the_release(version: str) -> None:
+    """Every sample family the emulator's /metrics shows is one SGLang defines (collector sources of that release)."""
+    collector = (
+        "sglang/srt/metrics/collector.py" if version == "0.5.2" else "sglang/srt/observability/metrics_collector.py"
+    )
+    source = read(version, collector)
+    defined = set(re.findall(r'name="(sglang:[A-Za-z0-9_]+)"', source))
+    metrics = Metrics(facts.facts_for(version), "m", "decode")
+    exposition = metrics.exposition().decode()
+    families = set(re.findall(r"^# TYPE (\S+) ", exposition, flags=re.M))
+    assert families, exposition
+    for family in families:
+        # prometheus_client (SGLang's exporter too) shows a counter as <name>_total whether or not name= had it.
+        known = {family, family + "_total", family.removesuffix("_total")}
+        assert known & defined, f"{version}: {family} is not an SGLang metric"
+    for sample in re.findall(r"^(sglang:[a-z_]+)\{", exposition, flags=re.M):
+        assert any(sample == f or sample.startswith(f + "_") for f in families), sample
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_served_routes_are_the_release_routes(version: facts.Version) -> None:
+    cfg = server_config(version, sglang_args("decode"))
+    server = EmulatorServer(cfg, parse_options([]), bind="127.0.0.1", pod_name="p", drain_timeout=1)
+    served = {
+        (method, r.resource.canonical)
+        for r in server.app.router.routes()
+        if r.resource is not None
+        for method in [r.method]
+    }
+    expected = {
+        (m, rt.path.replace("{model:path}", "{model}"))
+        for rt in facts.facts_for(version).http_routes
+        for m in rt.methods
+    }
+    expected |= {("GET", "/metrics"), ("GET", "/metrics/{rest}")}
+    assert served == expected
+    bootstrap = BootstrapServer(version, "127.0.0.1", 1)
+    real = {
+        (r.method, r.resource.canonical)
+        for r in bootstrap.app.router.routes()
+        if r.resource is not None and not r.resource.canonical.startswith(facts.EMULATOR_PREFIX)
+    }
+    claimed = {(m, rt.path) for rt in facts.facts_for(version).bootstrap_routes for m in rt.methods}
+    assert {path for _, path in real} == {path for _, path in claimed}
+    assert isinstance(server.app, web.Application)
+
+
+_MC = "sglang/srt/disaggregation/mooncake/conn.py"
+_CC = "sglang/srt/disaggregation/common/conn.py"
+_DEC = "sglang/srt/disaggregation/decode.py"
+_PRE = "sglang/srt/disaggregation/prefill.py"
+_ENV = "sglang/srt/environ.py"
+NEEDLES = [
+    ("0.5.2", _MC, "Could not fetch prefill parallel info from bootstrap_addr"),
+    ("0.5.2", _MC, "Could not fetch bootstrap info for engine rank"),
+    ("0.5.2", _MC, "in KVPoll.WaitingForInput"),
+    ("0.5.2", _MC, "in KVPoll.Bootstrapping"),
+    ("0.5.2", _MC, "Losing connection with prefill instance"),
+    ("0.5.2", _MC, "Failed to get kvcache from prefill instance, it might be dead"),
+    ("0.5.2", _MC, "Failed to send kv chunk of"),
+    ("0.5.2", _MC, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"),
+    ("0.5.2", _MC, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT"),
+    ("0.5.2", _MC, "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL"),
+    ("0.5.2", _MC, "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE"),
+    ("0.5.2", _DEC, "Decode handshake failed for request rank="),
+    ("0.5.2", _DEC, "Decode transfer failed for request rank="),
+    ("0.5.2", _PRE, "Prefill bootstrap failed for request rank="),
+    ("0.5.2", _PRE, "Prefill transfer failed for request rank="),
+    ("0.5.2", "sglang/srt/disaggregation/utils.py", 'FAKE_BOOTSTRAP_HOST = "2.2.2.2"'),
+    ("0.5.2", "sglang/srt/managers/scheduler.py", "boostrap room id"),
+    ("0.5.2", facts.HTTP_SERVER, "Health check request received during shutdown. Returning 503."),
+    ("0.5.2", "sglang/srt/managers/tokenizer_manager.py", "Draining requests and shutting down"),
+    ("0.5.23", _CC, "Could not fetch prefill parallel info from bootstrap_addr"),
+    ("0.5.23", _CC, "Prefill server not fully registered yet"),
+    ("0.5.23", _CC, "in KVPoll.WaitingForInput"),
+    ("0.5.23", _CC, "Failed to get kvcache from prefill instance, it might be dead"),
+    ("0.5.23", _CC, "Page size mismatch: prefill server has page_size="),
+    ("0.5.23", _DEC, "Could not fetch prefill parallel info from {bootstrap_addr} after"),
+    ("0.5.23", _DEC, "self._max_ensure_retries: int = 15"),
+    ("0.5.23", _DEC, "self._ensure_retry_interval: float = 1.0"),
+    ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT = EnvInt(300)"),
+    ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT = EnvInt(300)"),
+    ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL = EnvFloat(5.0)"),
+    ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE = EnvInt(2)"),
+    ("0.5.23", _ENV, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = EnvBool(True)"),
+    ("0.5.23", "sglang/srt/managers/scheduler.py", "bootstrap room id"),
+]
+
+
+@pytest.mark.parametrize(("version", "path", "needle"), NEEDLES)
+def test_messages_and_environment_variables_exist(version: str, path: str, needle: str) -> None:
+    assert needle in read(version, path), needle
+
+
+def test_fingerprint_fields_and_messages_are_patch_0001s() -> None:
+    from e2e.serving.emulator import fingerprint
+
+    patch = (REPO / "images/sglang/patches/0.5.23/0001-topk-row-follows-config-and-spec-fingerprint.patch").read_text()
+    fields = re.search(r"SPEC_FINGERPRINT_FIELDS = \((.*?)\)", patch, flags=re.S)
+    assert fields is not None
+    assert tuple(re.findall(r'"([a-z_]+)"', fields.group(1))) == fingerprint.FIELDS
+    assert "Speculative config mismatch between prefill and decode (" in patch
+    assert (
+        '"spec_fingerprint": self.spec_fingerprint'
+        in (REPO / "images/sglang/patches/0.5.23/0002-handshake-refuses-mismatched-prefill.patch").read_text()
+    )
+    for patch_file in (REPO / "images/sglang/patches/0.5.2").glob("*.patch"):
+        assert "fingerprint" not in patch_file.read_text(), f"{patch_file.name}: 0.5.2 is documented as having none"

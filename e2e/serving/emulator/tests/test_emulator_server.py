@@ -1,0 +1,127 @@
+"""The emulator's own HTTP surface, without a router: per-release routes, errors as SGLang answers them, faults."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from e2e.serving.emulator.tests.harness import Stack, request, sglang_args, sse_events, wait_for
+
+FAST_ENV = {"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "2"}
+FAST = ("ensure-retries=2", "ensure-retry-interval=0.1", "drain-poll-seconds=0.2")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    with Stack(tmp_path / "procs") as procs:
+        try:
+            yield procs
+        except BaseException:
+            print(procs.logs())
+            raise
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_routes_errors_and_transfer_failure(stack: Stack, version: str) -> None:
+    p = stack.emulator(version, "prefill", 1, emulate=(*FAST, "fail=transfer-failure"), env=FAST_ENV)
+    d = stack.emulator(version, "decode", 2, emulate=FAST, env=FAST_ENV)
+    base = f"http://{stack.ip(2)}:30000"
+    wait_for(f"http://{stack.ip(1)}:30000/health", proc=p)
+    wait_for(base + "/health", proc=d)
+
+    # Routes the release has, and 404 (FastAPI's JSON) for those it has not.
+    present = {"/get_model_info", "/get_server_info", "/v1/models", "/ping", "/metrics"}
+    absent = {"/loads"}
+    if version == "0.5.2":
+        present |= {"/get_load"}
+        absent |= {"/v1/loads", "/ready", "/model_info", "/server_info"}
+    else:
+        present |= {"/v1/loads", "/ready", "/model_info", "/server_info"}
+        absent |= {"/get_load"}
+    for path in present:
+        assert request("GET", base + path)[0] == 200, path
+    for path in absent:
+        status, raw, _ = request("GET", base + path)
+        assert (status, json.loads(raw)) == (404, {"detail": "Not Found"}), path
+    models = json.loads(request("GET", base + "/v1/models")[1])
+    assert models["data"][0]["id"] == "llama-emulated" and models["data"][0]["owned_by"] == "sglang"
+    info = json.loads(request("GET", base + ("/get_server_info" if version == "0.5.2" else "/server_info"))[1])
+    assert info["version"] == version and info["disaggregation_mode"] == "decode"
+    assert info["served_model_name"] == "llama-emulated" and info["speculative_algorithm"] == "EAGLE3"
+    if version == "0.5.23":
+        loads = json.loads(request("GET", base + "/v1/loads?include=core,disagg,queues,memory")[1])
+        assert loads["loads"][0]["disaggregation"]["mode"] == "decode" and "speculative" not in loads["loads"][0]
+        assert request("GET", base + "/v1/loads?include=bogus")[0] == 400
+
+    # A PD request without a bootstrap room is a 400 abort (SGLang's message, 0.5.2's typo included).
+    status, raw, _ = request("POST", base + "/generate", {"text": "x"})
+    assert status == 400
+    word = "boostrap" if version == "0.5.2" else "bootstrap"
+    assert f"Disaggregated request received without {word} room id" in json.loads(raw)["error"]["message"]
+
+    # OpenAI routes want application/json, like validate_json_request.
+    status, _, _ = request("POST", base + "/v1/completions", {"prompt": "x"}, headers={"Content-Type": "text/plain"})
+    assert status == 400
+
+    # fail=transfer-failure on the prefill: both sides fail the request, with SGLang's messages and counters.
+    room = {"bootstrap_host": stack.ip(1), "bootstrap_port": 8998, "bootstrap_room": 42}
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": 4}, **room}
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both halves at once, as a PD router sends them
+        to_prefill = pool.submit(request, "POST", f"http://{stack.ip(1)}:30000/generate", body)
+        status, raw, _ = request("POST", base + "/generate", body)
+        prefill_status, prefill_raw, _ = to_prefill.result()
+    assert status == 500, raw
+    message = json.loads(raw)["message"]
+    assert "Decode transfer failed for request rank=0" in message
+    if version == "0.5.2":
+        assert "Failed to get kvcache from prefill instance, it might be dead" in message
+    else:
+        assert f"Failed to send kv chunk of 42 to {stack.ip(2)}" in message
+    assert prefill_status == 500 and "Prefill transfer failed for request rank=0" in json.loads(prefill_raw)["message"]
+    text = request("GET", base + "/metrics")[1].decode()
+    assert re.search(r"^sglang:num_transfer_failed_reqs_total\{.*\} 1\.0$", text, flags=re.M), text
+    prefill_text = request("GET", f"http://{stack.ip(1)}:30000/metrics")[1].decode()
+    assert re.search(r"^sglang:num_transfer_failed_reqs_total\{.*\} 1\.0$", prefill_text, flags=re.M)
+
+
+def test_streamed_abort_per_release(stack: Stack) -> None:
+    """A 5xx abort mid-stream: 0.5.2 breaks the stream (no [DONE]); 0.5.23 sends the abort as a chunk."""
+    old = stack.emulator("0.5.2", "decode", 1, emulate=FAST, env=FAST_ENV)
+    new = stack.emulator("0.5.23", "decode", 2, emulate=FAST, env=FAST_ENV)
+    body = {"text": "x", "stream": True, "bootstrap_host": stack.ip(9), "bootstrap_port": 8998, "bootstrap_room": 1}
+    for proc, host in ((old, 1), (new, 2)):
+        wait_for(f"http://{stack.ip(host)}:30000/health", proc=proc)
+    status, raw, _ = request("POST", f"http://{stack.ip(1)}:30000/generate", body)
+    assert status == 200 and b"[DONE]" not in raw
+    status, raw, _ = request("POST", f"http://{stack.ip(2)}:30000/generate", body)
+    events = list(sse_events(raw))
+    assert status == 200 and events[-1] == "[DONE]"
+    assert events[0]["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+def test_crash_after_n_requests_and_colocated_mode(stack: Stack) -> None:
+    args = sglang_args("null", speculative=())
+    args = [a for a in args if a not in ("--disaggregation-mode", "null")]
+    proc = stack.emulator("0.5.23", "null", 1, emulate=("crash-after=1", "output-tokens=5"), args=args)
+    base = f"http://{stack.ip(1)}:30000"
+    wait_for(base + "/health", proc=proc)
+    # The warm-up request counts: crash-after=1 lets it through, then the next request kills the process.
+    assert request("GET", base + "/health")[0] == 200
+    status, _, _ = request("POST", base + "/generate", {"text": "x"}, timeout=10)
+    assert status == 0
+    assert proc.popen.wait(timeout=10) == -signal.SIGKILL
+    assert "Scheduler hit an exception" in proc.output()
+
+
+def test_sigterm_before_load_finishes_exits_cleanly(stack: Stack) -> None:
+    proc = stack.emulator("0.5.2", "prefill", 1, emulate=("load-seconds=30",))
+    wait_for(f"http://{stack.ip(1)}:8998/health", proc=proc)  # the bootstrap server listens before the model loads
+    assert request("GET", f"http://{stack.ip(1)}:30000/health", timeout=2)[0] == 0
+    proc.popen.send_signal(signal.SIGTERM)
+    assert proc.popen.wait(timeout=15) == 0

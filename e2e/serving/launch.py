@@ -1,0 +1,166 @@
+"""The serving simulation's launcher: which local process stands for each container the operator renders.
+
+- A router container (its command starts with the launch prefix of a pinned router, `RouterProfile.launch`) runs the
+  real router package from its cached venv, with the pod's own flags. It starts through `e2e.serving.router_exec`,
+  which first gets a token for the pod's ServiceAccount (so the router's RBAC is the one the operator rendered),
+  writes a kubeconfig with it and then becomes the router (exec, no extra process).
+- A pool container (`python3 -m sglang.launch_server ...`) runs the SGLang worker emulator with the pod's exact SGLang
+  flags, for the release in the pod's `app.kubernetes.io/version` label, configured by the pod's
+  `emulator.disaggspec.io/<key>` annotations (see docs/serving-emulator.md).
+Anything else is not ours: the runner leaves it alone.
+
+One translation is applied to every argv, and it is the only one: every pod shares this machine's network, so
+`0.0.0.0` and `localhost` in bind and probe addresses become the pod's own loopback IP (127.N.x.y), which is what
+they mean inside a pod's network namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from disaggspec import constants as c
+from disaggspec.sglang.args import LAUNCH as SGLANG_LAUNCH
+from disaggspec.sglang.profiles import PROFILES, ROUTER_READY_HELPER, RouterProfile
+from e2e.serving.plan import Launcher, ProcessPlan, container_env
+
+log = logging.getLogger("e2e.serving.launch")
+
+REPO: Final = Path(__file__).resolve().parents[2]
+ROUTER_READY_SOURCE: Final = REPO / "images" / "router" / "router_ready.py"
+"""The file the router image installs at ROUTER_READY_HELPER."""
+EMULATOR_ANNOTATION_PREFIX: Final = "emulator.disaggspec.io/"
+_ANY_ADDRESS: Final = ("0.0.0.0", "::", "localhost", "127.0.0.1")
+_HOST_FLAGS: Final = ("--host", "--prometheus-host")
+_PASSED_THROUGH: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME", "PIP_CACHE_DIR")
+
+
+def router_of(command: list[str]) -> RouterProfile | None:
+    """The pinned router whose launch prefix `command` starts with."""
+    for profile in PROFILES.values():
+        prefix = list(profile.router.launch)
+        if command[: len(prefix)] == prefix:
+            return profile.router
+    return None
+
+
+def bind_to_pod(argv: list[str], pod_ip: str) -> list[str]:
+    """`argv` with the value of every bind-address flag that means "this pod" replaced by the pod's IP."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg in _HOST_FLAGS and out[i + 1] in _ANY_ADDRESS:
+            out[i + 1] = pod_ip
+    return out
+
+
+def _localhost_to_pod(argv: list[str], pod_ip: str) -> list[str]:
+    out = []
+    for arg in argv:
+        for name in ("localhost", "127.0.0.1"):
+            arg = arg.replace(f"//{name}:", f"//{pod_ip}:")
+        out.append(arg)
+    return out
+
+
+def _base_env(container: dict[str, Any]) -> dict[str, str]:
+    env = {key: os.environ[key] for key in _PASSED_THROUGH if key in os.environ}
+    env.update(container_env(container))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "operator")])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def emulator_options(pod: dict[str, Any]) -> list[str]:
+    """`--emulate key=value` for every `emulator.disaggspec.io/<key>` annotation of the pod, sorted by key."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    options: list[str] = []
+    for key in sorted(annotations):
+        if key.startswith(EMULATOR_ANNOTATION_PREFIX):
+            options += ["--emulate", f"{key[len(EMULATOR_ANNOTATION_PREFIX) :]}={annotations[key]}"]
+    return options
+
+
+class ServingLauncher:
+    """Runs routers for real and SGLang servers as emulators (see the module documentation)."""
+
+    def __init__(self, admin_kubeconfig: str | None = None) -> None:
+        self.admin_kubeconfig = admin_kubeconfig or os.environ.get("KUBECONFIG", "")
+
+    def plan(self, pod: dict[str, Any], container: dict[str, Any]) -> ProcessPlan | None:
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        pod_ip = str(pod.get("status", {}).get("podIP") or "")
+        if not pod_ip:
+            return None
+        router = router_of(command)
+        if router is not None:
+            return self._router(pod, container, router, command, pod_ip)
+        if command[: len(SGLANG_LAUNCH)] == list(SGLANG_LAUNCH):
+            return self._emulator(pod, container, command[len(SGLANG_LAUNCH) :], pod_ip)
+        return None
+
+    def _router(
+        self, pod: dict[str, Any], container: dict[str, Any], router: RouterProfile, command: list[str], pod_ip: str
+    ) -> ProcessPlan:
+        meta = pod["metadata"]
+        account = pod.get("spec", {}).get("serviceAccountName") or "default"
+        env = _base_env(container)
+        env["DISAGGSPEC_ADMIN_KUBECONFIG"] = self.admin_kubeconfig
+        argv = [
+            sys.executable,
+            "-m",
+            "e2e.serving.router_exec",
+            "--package",
+            router.package,
+            "--namespace",
+            str(meta["namespace"]),
+            "--service-account",
+            str(account),
+            "--pod",
+            str(meta["name"]),
+            "--",
+            *bind_to_pod(command, pod_ip),
+        ]
+        return ProcessPlan(argv=argv, env=env, cwd=str(REPO))
+
+    def _emulator(
+        self, pod: dict[str, Any], container: dict[str, Any], args: list[str], pod_ip: str
+    ) -> ProcessPlan | None:
+        meta = pod["metadata"]
+        version = (meta.get("labels") or {}).get(c.LABEL_VERSION)
+        if version not in PROFILES:
+            log.warning(
+                "pod %s/%s has no %s label naming a supported SGLang release: not run",
+                meta.get("namespace"),
+                meta.get("name"),
+                c.LABEL_VERSION,
+            )
+            return None
+        argv = [
+            sys.executable,
+            "-m",
+            "e2e.serving.emulator",
+            "--sglang-version",
+            version,
+            "--bind",
+            pod_ip,
+            "--pod-name",
+            str(meta["name"]),
+            *emulator_options(pod),
+            "--",
+            *args,
+        ]
+        return ProcessPlan(argv=argv, env=_base_env(container), cwd=str(REPO))
+
+    def probe_command(self, pod: dict[str, Any], container: dict[str, Any], command: list[str]) -> list[str] | None:
+        pod_ip = str(pod.get("status", {}).get("podIP") or "")
+        if command[:2] == ["python3", ROUTER_READY_HELPER]:
+            return [sys.executable, str(ROUTER_READY_SOURCE), *_localhost_to_pod(command[2:], pod_ip)]
+        return None
+
+
+def default_launcher() -> Launcher:
+    """The runner's default (`e2e.serving.plan.DEFAULT_LAUNCHER`)."""
+    return ServingLauncher()

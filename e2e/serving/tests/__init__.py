@@ -1,0 +1,1 @@
+"""Tests of serving mode: the pod runner (unit and on a private serving cluster)."""

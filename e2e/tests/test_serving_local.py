@@ -1,0 +1,293 @@
+"""Requests through the real PD router to SGLang worker emulators on kwok pods (issue 14): the serving simulation.
+
+The module runs a private control plane in serving mode (pods get loopback IPs and are Ready only when the pod runner
+says so), the operator, and the pod runner, which starts the pinned router package of each release for every router
+pod and the SGLang emulator for every pool pod, with the argv the operator rendered. Requests go to the router pod's
+own IP (127.N.x.y) through `e2e.serving.traffic`, bounded in count and time. What is real: the API server, the
+operator, the router and its Kubernetes discovery and RBAC; what is emulated: the SGLang servers (see
+docs/serving-emulator.md). Teardown proves that the runner leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from disaggspec.sglang.profiles import PROFILES
+from e2e.cluster.controlplane import LocalCluster
+from e2e.serving.routers import ensure_router_venv
+from e2e.serving.traffic import Load, Report, send
+from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster
+from e2e.support.operator_process import OperatorProcess
+from e2e.support.serving import apply_service, deploy, pod_runner, ready_pods, router_url, served_model
+from e2e.support.workloads import example, get, load, wait_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+
+NODES = 8
+"""Every example at once needs 42 GPUs: 8 nodes of 8."""
+EXAMPLES = ("llama", "eagle-topk", "deepseek", "rdma")
+SHORT_BOOTSTRAP = [
+    {"name": "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "value": "3"},
+    {"name": "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "value": "3"},
+]
+"""Decode-side SGLang timeouts (seconds) for tests where the handshake is meant to fail: fail fast, not in 300 s."""
+
+
+@dataclass(frozen=True)
+class Plane:
+    local: LocalCluster
+    cluster: Cluster
+    operator: OperatorProcess
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[Plane]:
+    if os.environ.get("DISAGGSPEC_TEST_KUBECONFIG"):
+        pytest.skip("serving mode needs the local control plane and its pod runner")
+    for profile in PROFILES.values():
+        ensure_router_venv(profile.router)
+    with private_cluster("serving", nodes=NODES, serving=True) as (local, cluster):
+        log_path = local.directory / "operator.log"
+        operator = OperatorProcess(cluster.kubeconfig, log_path).start()
+        try:
+            with pod_runner(local.directory, cluster.kubeconfig):
+                yield Plane(local, cluster, operator)
+        finally:
+            operator.stop()
+
+
+@pytest.fixture
+def namespace(plane: Plane, request: pytest.FixtureRequest) -> Iterator[str]:
+    stem = request.node.name.split("[")[0].removeprefix("test_")[:20].replace("_", "-").strip("-")
+    with fresh_namespace(plane.cluster, stem) as name:
+        yield name
+
+
+Placed = dict[str, tuple[str, dict[str, Any]]]
+"""key -> (namespace, service as applied)."""
+
+
+def _place(plane: Plane, objects: Mapping[str, dict[str, Any]], ready: bool = True) -> Iterator[Placed]:
+    """Apply every object in a namespace of its own at once (so their start-up overlaps), wait for all to be Ready
+    (unless `ready` is False), yield them; the namespaces go when the block ends."""
+    with ExitStack() as stack:
+        placed: Placed = {}
+        for key, obj in objects.items():
+            stem = "".join(ch if ch.isalnum() else "-" for ch in key.lower())[:20].strip("-")
+            namespace = stack.enter_context(fresh_namespace(plane.cluster, stem))
+            placed[key] = (namespace, apply_service(plane.cluster, namespace, obj))
+        if ready:
+            for namespace, obj in placed.values():
+                wait_ready(plane.cluster, namespace, obj["metadata"]["name"], timeout=150)
+        yield placed
+
+
+def _variant(fragment: str, **spec: Any) -> dict[str, Any]:
+    obj = load(example(fragment))
+    for key, value in spec.items():
+        obj["spec"][key] = {**obj["spec"].get(key, {}), **value}
+    return obj
+
+
+def _at_release(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    obj["spec"]["sglang"] = {"version": version, "image": f"disaggspec/sglang:v{version}-disaggspec"}
+    return obj
+
+
+def _pods_by_name(cluster: Cluster, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+    items = get(cluster, namespace, "pods", "-l", f"disaggspec.io/service={name}")["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def _metrics_url(pod: dict[str, Any]) -> str:
+    return f"http://{pod['status']['podIP']}:30000/metrics"
+
+
+def _metric_total(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and (line[len(name)] in " {") and not line.startswith("#")
+    )
+
+
+def _describe(report: Report) -> str:
+    return json.dumps(report.summary(), indent=1)
+
+
+# ---- every example serves ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def examples(plane: Plane) -> Iterator[Placed]:
+    yield from _place(plane, {fragment: load(example(fragment)) for fragment in EXAMPLES})
+
+
+@pytest.mark.parametrize("fragment", EXAMPLES)
+def test_every_example_serves_through_its_router(plane: Plane, examples: Placed, fragment: str) -> None:
+    cluster = plane.cluster
+    namespace, obj = examples[fragment]
+    name = obj["metadata"]["name"]
+    url = router_url(cluster, namespace, obj)
+    pods = _pods_by_name(cluster, namespace, name)
+    decode = {n for n, p in pods.items() if p["metadata"]["labels"]["disaggspec.io/role"] == "decode"}
+    before = {n: _metric_total(_metrics_url(pods[n]), "sglang:num_requests_total") for n in decode}
+    report = send(Load(url=url, model=served_model(obj), streams=8, requests=100, duration=90))
+
+    assert len(report.outcomes) == 100, _describe(report)
+    assert not report.failures, _describe(report)
+    prefill = {n for n, p in pods.items() if p["metadata"]["labels"]["disaggspec.io/role"] == "prefill"}
+    assert set(report.served_by("prefill")) <= prefill and report.served_by("prefill"), _describe(report)
+    assert set(report.served_by("decode")) <= decode and report.served_by("decode"), _describe(report)
+    for outcome in report.outcomes:
+        prefill_pod, decode_pod = pods[str(outcome.prefill_pod)], pods[str(outcome.decode_pod)]
+        fingerprint = prefill_pod["metadata"]["labels"]["disaggspec.io/spec-fingerprint"]
+        assert decode_pod["metadata"]["labels"]["disaggspec.io/spec-fingerprint"] == fingerprint
+        assert outcome.fingerprint_match is True, outcome
+        assert outcome.bootstrap_port == int(prefill_pod["metadata"]["annotations"]["sglang.ai/bootstrap-port"])
+
+    # Every decode pod's /metrics answers with SGLang's names and counts what it served (the server's own warm-up
+    # request came before `before`).
+    served = report.served_by("decode")
+    for pod_name in decode:
+        after = _metric_total(_metrics_url(pods[pod_name]), "sglang:num_requests_total")
+        assert after - before[pod_name] == served[pod_name], pod_name
+
+
+# ---- router readiness -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prefill_only(plane: Plane) -> Iterator[Placed]:
+    """The EAGLE3 example at each release with no decode pod yet."""
+    objects = {str(v): _at_release(_variant("llama", decode={"replicas": 0}), v) for v in sorted(PROFILES)}
+    yield from _place(plane, objects, ready=False)
+
+
+def test_router_is_ready_only_with_both_roles(plane: Plane, prefill_only: Placed) -> None:
+    """At each release (both at once, so their start-ups overlap): Ready prefill, no decode -> the router pod never
+    becomes Ready; a decode pod added -> it does, and serves."""
+    cluster = plane.cluster
+    services = [(namespace, obj, obj["metadata"]["name"]) for namespace, obj in prefill_only.values()]
+    for namespace, _, name in services:
+        _wait_prefill_and_router(cluster, namespace, name)
+    # Two readiness periods of the routers (5 s) and a discovery round: only prefill exists, so never Ready.
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        for namespace, _, name in services:
+            assert not ready_pods(cluster, namespace, name, "router"), f"router Ready with no decode in {namespace}"
+        time.sleep(1)
+
+    for namespace, _, name in services:
+        patch = '{"spec":{"decode":{"replicas":1}}}'
+        cluster.kubectl("patch", "dss", name, "-n", namespace, "--type=merge", "-p", patch)
+    for namespace, obj, _ in services:
+        url = router_url(cluster, namespace, obj, timeout=90)
+        report = send(Load(url=url, model=served_model(obj), streams=2, requests=10, duration=30))
+        assert not report.failures, _describe(report)
+
+
+def _wait_prefill_and_router(cluster: Cluster, namespace: str, name: str) -> None:
+    cluster.wait_for(
+        f"a Ready prefill pod in {namespace}", lambda: bool(ready_pods(cluster, namespace, name, "prefill")), timeout=90
+    )
+    cluster.wait_for(f"a running router pod in {namespace}", lambda: _router_pods(cluster, namespace, name), timeout=60)
+
+
+def _router_pods(cluster: Cluster, namespace: str, name: str) -> bool:
+    found = get(cluster, namespace, "pods", "-l", f"disaggspec.io/service={name},disaggspec.io/role=router")
+    return any(p.get("status", {}).get("podIP") for p in found["items"])
+
+
+# ---- wiring the emulator checks ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def miswired(plane: Plane) -> Iterator[Placed]:
+    """The EAGLE3 example at each release, its prefill's bootstrap server listening on another port than its pod
+    advertises (the emulator's `bootstrap-port` fault: a server started with another port than the annotation says).
+    Decode's handshake timeouts are short, and SGLang 0.5.23's 15 retries a second apart (fixed in its source) are
+    fewer here, so a failing request fails in seconds."""
+    elsewhere = {"emulator.disaggspec.io/bootstrap-port": "8999"}
+    fewer_retries = {
+        "emulator.disaggspec.io/ensure-retries": "2",
+        "emulator.disaggspec.io/ensure-retry-interval": "0.5",
+    }
+    decode = {"env": SHORT_BOOTSTRAP, "podAnnotations": fewer_retries}
+    objects = {
+        str(v): _at_release(_variant("llama", prefill={"podAnnotations": elsewhere}, decode=decode), v)
+        for v in sorted(PROFILES)
+    }
+    yield from _place(plane, objects)
+
+
+@pytest.mark.parametrize("version", sorted(PROFILES))
+def test_a_prefill_listening_on_another_bootstrap_port_fails_requests(
+    plane: Plane, miswired: Placed, version: str
+) -> None:
+    """The router hands decode the port in the prefill pod's annotation; a prefill whose bootstrap server listens
+    elsewhere makes every request fail visibly, naming the handshake, as it would on GPUs. The router is Ready (both
+    roles healthy): the mis-wiring shows only when a request needs the handshake."""
+    cluster = plane.cluster
+    namespace, obj = miswired[version]
+    url = router_url(cluster, namespace, obj)
+    report = send(Load(url=url, model=served_model(obj), streams=4, requests=8, duration=60, timeout=40))
+    assert len(report.outcomes) == 8
+    assert len(report.failures) == 8, _describe(report)
+    assert all(o.error for o in report.failures), _describe(report)
+    # A non-streamed answer names the failed handshake (or, once smg's circuit breaker has opened on the failing
+    # prefill, says so); a stream may just end early (0.5.2 sends no [DONE]).
+    named = [o for o in report.failures if not o.stream]
+    assert named and all(
+        any(word in o.error.lower() for word in ("handshake", "bootstrap", "abort", "circuits open")) for o in named
+    ), _describe(report)
+
+
+# ---- a decode pod deleted mid-stream ----------------------------------------------------------------------------
+
+
+def test_deleting_a_decode_pod_mid_stream_drains_it(plane: Plane, namespace: str) -> None:
+    cluster = plane.cluster
+    slow = {"emulator.disaggspec.io/tokens-per-second": "20"}
+    obj = deploy(cluster, namespace, _variant("llama", decode={"replicas": 2, "podAnnotations": slow}))
+    name = obj["metadata"]["name"]
+    url = router_url(cluster, namespace, obj)
+    cluster.wait_for("two Ready decode pods", lambda: len(ready_pods(cluster, namespace, name, "decode")) == 2)
+    load_ = Load(url=url, model=served_model(obj), streams=6, requests=400, duration=16, max_tokens=30, stream=True)
+    result: dict[str, Report] = {}
+    sender = threading.Thread(target=lambda: result.update(report=send(load_)))
+    t0 = time.monotonic()
+    sender.start()
+    time.sleep(4)
+    victim = ready_pods(cluster, namespace, name, "decode")[0]["metadata"]["name"]
+    deleted_at = time.monotonic() - t0
+    cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+    cluster.wait_for(f"pod {victim} gone", lambda: victim not in _pods_by_name(cluster, namespace, name), timeout=70)
+    gone_at = time.monotonic() - t0
+    sender.join(timeout=90)
+    report = result["report"]
+
+    # In flight on the victim when it was deleted: each finished (drain) or failed with a visible error.
+    for outcome in report.outcomes:
+        assert outcome.ok or outcome.error, outcome
+    drained = [o for o in report.succeeded if o.decode_pod == victim and o.started < deleted_at]
+    assert drained, f"no request on {victim} finished after it was deleted:\n{_describe(report)}"
+    # Once the pod is gone, the router sends it nothing (a request's decode leg starts when the request does).
+    late = [o for o in report.outcomes if o.started > gone_at + 1 and o.decode_pod == victim]
+    assert not late, late
+    after = [o for o in report.succeeded if o.started > gone_at + 1]
+    assert after, f"nothing served after {victim} was gone:\n{_describe(report)}"
+    failed_late = [o for o in report.failures if o.started > gone_at + 1]
+    assert not failed_late, failed_late
