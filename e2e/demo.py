@@ -128,11 +128,10 @@ def up() -> None:
 
     say(f"2. helm install {RELEASE} {CHART.relative_to(REPO)} (the CRD, RBAC, Services, webhook configuration)")
     client = Cluster(state.kubeconfig, local=True)
-    show(
-        client.helm(
-            "upgrade", "--install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace", "--wait"
-        )
-    )
+    # No --wait: the chart's operator pod never gets Ready here (its image is not built on this machine and the pod
+    # runner only runs routers and SGLang servers); the operator runs below as a local process, as that pod's
+    # ServiceAccount.
+    show(client.helm("upgrade", "--install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace"))
     show(
         client.kubectl(
             "get",
