@@ -31,11 +31,13 @@ import yaml
 
 from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import LocalCluster, NodeShape
+from e2e.serving.daemon import runner_pid
+from e2e.serving.proctable import ProcessTable
 from e2e.serving.routers import ensure_router_venv
 from e2e.serving.traffic import Load, send
 from e2e.support.kube import Cluster
 from e2e.support.operator_process import OperatorProcess
-from e2e.support.serving import pod_runner, router_url, served_model, tracked_pids
+from e2e.support.serving import pod_runner, router_url, served_model
 from e2e.support.workloads import example, load
 
 NAMESPACE = "bench"
@@ -51,27 +53,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
 def groups(state_dir: Path) -> dict[str, list[int]]:
-    """The runner's processes by kind: router, prefill, decode, runner."""
+    """The runner's processes by kind (router, prefill, decode: from the pod each one stands for), and the runner."""
     out: dict[str, list[int]] = {"router": [], "prefill": [], "decode": [], "runner": []}
-    for pid in tracked_pids(state_dir):
-        line = _cmdline(pid)
-        if "launch_router" in line or " smg " in line or "router_exec" in line:
-            out["router"].append(pid)
-        elif "--disaggregation-mode prefill" in line:
-            out["prefill"].append(pid)
-        elif "--disaggregation-mode decode" in line:
-            out["decode"].append(pid)
-    pidfile = state_dir / "serving" / "runner.pid"
-    if pidfile.exists():
-        out["runner"].append(int(pidfile.read_text().split()[0]))
+    for record in ProcessTable(state_dir / "serving" / "processes.json").load():
+        for kind in ("router", "prefill", "decode"):
+            if f"-{kind}-" in record.pod:
+                out[kind].append(record.pid)
+    runner = runner_pid(state_dir)
+    if runner is not None:
+        out["runner"].append(runner)
     return out
 
 
@@ -177,7 +168,7 @@ def main() -> None:
                 print(
                     f"{streams:>8} {summary['requests']:>9} {summary['failures']:>5} {summary['throughput_rps']:>8} "
                     f"{summary['latency_p50_ms']:>8} {summary['latency_p99_ms']:>8}  "
-                    f"{used['router']:.1f} / {used['prefill']:.1f} / {used['decode']:.1f} / {used['runner']:.1f}"
+                    f"{used['router']:.1f} / {used['prefill']:.1f} / {used['decode']:.1f} / {used['runner']:.2f}"
                     f"{'':>14}{1000 * used['router'] / done:.2f} / {1000 * emulators / done:.2f}"
                 )
                 if summary["failures"]:
