@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from e2e.cluster.processes import alive, tail
+from e2e.cluster.processes import alive, stop_pid, tail
 from e2e.serving import log
 from e2e.serving.plan import DEFAULT_LAUNCHER
 from e2e.serving.proctable import ProcessTable, is_recorded, leftovers, reap_stale, start_ticks
@@ -93,19 +92,8 @@ def stop_runner(state_dir: Path, timeout: float = 30.0) -> None:
     directory = serving_dir(state_dir)
     pid = runner_pid(state_dir)
     if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            if not alive(pid):
-                break
-            time.sleep(0.1)
-        else:
-            log(f"the runner (pid {pid}) did not stop within {timeout:.0f}s: SIGKILL")
-            os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        # Its command line names the state directory, so stop_pid recognises it as ours.
+        stop_pid("the runner", pid, state_dir, timeout=timeout)
         log(f"stopped the runner (pid {pid})")
     stale = reap_stale(ProcessTable(directory / TABLE), grace=2.0, say=log)
     if stale:
