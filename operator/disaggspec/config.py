@@ -17,7 +17,9 @@ class OperatorConfig:
     """Settings shared by every service the operator reconciles."""
 
     router_image: str = ""
-    """Image of the PD router; empty means the service's SGLang image (which ships sglang_router)."""
+    """Image of the PD router for services that set no spec.router.image; empty means the router image pinned for the
+    service's SGLang release (`RouterProfile.image`). One image for every release: set it only when all services run
+    one release (the router packages differ between releases)."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means all."""
     resync_seconds: float = 300.0
