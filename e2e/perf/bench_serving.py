@@ -34,6 +34,7 @@ from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.serving.daemon import runner_pid
 from e2e.serving.proctable import ProcessTable
 from e2e.serving.routers import ensure_router_venv
+from e2e.serving.runner import TABLE, serving_dir
 from e2e.serving.traffic import Load, send
 from e2e.support.kube import Cluster
 from e2e.support.operator_process import OperatorProcess
@@ -56,7 +57,7 @@ def cpu_seconds(pid: int) -> float:
 def groups(state_dir: Path) -> dict[str, list[int]]:
     """The runner's processes by kind (router, prefill, decode: from the pod each one stands for), and the runner."""
     out: dict[str, list[int]] = {"router": [], "prefill": [], "decode": [], "runner": []}
-    for record in ProcessTable(state_dir / "serving" / "processes.json").load():
+    for record in ProcessTable(serving_dir(state_dir) / TABLE).load():
         for kind in ("router", "prefill", "decode"):
             if f"-{kind}-" in record.pod:
                 out[kind].append(record.pid)

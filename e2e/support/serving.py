@@ -21,6 +21,9 @@ from typing import Any
 
 import yaml
 
+from e2e.cluster.processes import alive
+from e2e.serving.proctable import ProcessTable
+from e2e.serving.runner import TABLE, serving_dir
 from e2e.support.kube import Cluster
 from e2e.support.workloads import get, provide_model_claim, wait_ready
 
@@ -41,21 +44,7 @@ def _runner(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 
 def tracked_pids(state_dir: Path) -> list[int]:
     """The pids the runner records as started and not yet reaped."""
-    path = state_dir / "serving" / "processes.json"
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text() or "{}")
-    entries = data.get("processes", data) if isinstance(data, dict) else data
-    items = entries.values() if isinstance(entries, dict) else entries
-    return [int(item["pid"]) for item in items if isinstance(item, dict) and "pid" in item]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
+    return [record.pid for record in ProcessTable(serving_dir(state_dir) / TABLE).load()]
 
 
 @contextmanager
@@ -70,7 +59,7 @@ def pod_runner(state_dir: Path, kubeconfig: Path) -> Iterator[Path]:
     finally:
         seen.update(tracked_pids(state_dir))
         stopped = _runner("stop", "--state-dir", str(state_dir), timeout=120)
-        left = [pid for pid in sorted(seen) if _alive(pid)]
+        left = [pid for pid in sorted(seen) if alive(pid)]
         if stopped.returncode != 0 or left:
             raise LeftoverProcesses(
                 f"pod runner stop rc={stopped.returncode}, still alive: {left}\n{stopped.stdout}\n{stopped.stderr}"

@@ -54,6 +54,14 @@ def _env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in ("1", "true", "yes", "on")
 
 
+async def _last(outputs: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+    """The final output of a non-streamed request (its earlier outputs are partial states of the same answer)."""
+    final = None
+    async for out in outputs:
+        final = out
+    return final
+
+
 def _one(value: Any) -> Any:
     """A batch of one (what the 0.5.2 PD warm-up sends) is that one request."""
     if isinstance(value, list) and len(value) == 1 and not isinstance(value[0], int):
@@ -490,9 +498,7 @@ class EmulatorServer:
         outputs = self._tracked(self.engine.generate(req))
         if not req.stream:
             try:
-                final = None
-                async for out in outputs:
-                    final = out
+                final = await _last(outputs)
             except Abort as exc:
                 return self._abort_json(exc)
             return web.json_response(final)
@@ -547,9 +553,7 @@ class EmulatorServer:
         version = self.cfg.version
         if not req.stream:
             try:
-                final = None
-                async for out in outputs:
-                    final = out
+                final = await _last(outputs)
             except Abort as exc:
                 err_type = "BadRequestError" if exc.status_code == 400 else str(exc.status_code)
                 return web.json_response(

@@ -12,8 +12,6 @@ import json
 import re
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,16 +38,6 @@ def router_venvs() -> None:
     """Both pinned routers, installed once into the cache (a minute or two when cold)."""
     for version in VERSIONS:
         ensure_router_venv(PROFILES[version].router)  # type: ignore[index]
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    with Stack(tmp_path / "procs") as procs:
-        try:
-            yield procs
-        except BaseException:
-            print(procs.logs())
-            raise
 
 
 def start_pd(

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -15,16 +13,6 @@ from e2e.serving.emulator.tests.harness import Stack, request, sglang_args, sse_
 
 FAST_ENV = {"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "2"}
 FAST = ("ensure-retries=2", "ensure-retry-interval=0.1", "drain-poll-seconds=0.2")
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    with Stack(tmp_path / "procs") as procs:
-        try:
-            yield procs
-        except BaseException:
-            print(procs.logs())
-            raise
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
