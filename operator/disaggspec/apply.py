@@ -8,7 +8,13 @@ that carry our labels but are no longer rendered are pruned (deleted with a UID 
 of the same name is never removed by mistake). Requests go through the `kubernetes` client's `ApiClient`, which
 handles every kubeconfig and in-cluster credential form; paths come from a fixed kind table, so no discovery round
 trip is needed. A refused request raises `ApiError`, which carries the server's `Retry-After` (429, 503) so the work
-queue waits as long as the server asked.
+queue waits as long as the server asked, and the Status' reason and causes.
+
+Never half-apply: `dry_run` server-side applies a set of children with `dryRun=All` (same field manager, same force)
+and collects every refusal (`childrefusal.Refusal`) instead of stopping at the first, so a pass can find out that the
+API server would refuse a child before it writes any. What a dry-run cannot see (a ResourceQuota is checked per
+request against current usage, so three Deployments each pass a dry-run against a quota of two) is caught by `sync`
+itself: when a write is refused, the children this pass created are deleted again and `ChildrenRefused` is raised.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from kubernetes import client as k8s
 
 from disaggspec import constants as c
 from disaggspec import metrics
+from disaggspec.childrefusal import Cause, Refusal, is_refusal
 from disaggspec.drift import needs_apply, with_applied_hash
 
 
@@ -72,11 +79,43 @@ RETRY_AFTER_STATUSES = (429, 503)
 class ApiError(RuntimeError):
     """A request the operator needed was refused; carries the HTTP status and the server's message."""
 
-    def __init__(self, status: int, method: str, path: str, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        method: str,
+        path: str,
+        message: str,
+        retry_after: float | None = None,
+        reason: str = "",
+        causes: tuple[Cause, ...] = (),
+    ) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {message}")
         self.status = status
         self.retry_after = retry_after
         """Seconds the server asked the client to wait (`Retry-After` of a 429 or 503), else None."""
+        self.message = message
+        """The Status' message (or the start of the body)."""
+        self.reason = reason
+        """The Status' machine reason (Invalid, Forbidden, ...), empty when the body was no Status."""
+        self.causes = causes
+        """The Status' `details.causes`: which field and what is wrong with it."""
+
+    @property
+    def refused(self) -> bool:
+        """The request itself is refused (invalid, or denied by admission): retrying it unchanged cannot help."""
+        return is_refusal(self.status, self.message)
+
+
+class ChildrenRefused(Exception):
+    """The API server refuses one or more children of a pass; nothing of the pass is left applied."""
+
+    def __init__(self, refusals: list[Refusal], rolled_back: list[str] | None = None) -> None:
+        super().__init__("; ".join(f"{r.child}: HTTP {r.status}: {r.message}" for r in refusals))
+        self.refusals = refusals
+        self.rolled_back = rolled_back or []
+        """Children the pass had created before the refusal and deleted again."""
+        self.rolled_back_uids: set[str] = set()
+        """Their uids: a watch-fed cache may still hold them for a moment."""
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -104,6 +143,8 @@ class SyncResult:
 
     applied: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    """Children created by this pass and deleted again because another child was refused."""
 
     @property
     def changed(self) -> bool:
@@ -138,12 +179,27 @@ def _error(status: int, headers: Any, method: str, path: str, raw: bytes) -> Api
         body = json.loads(raw) if raw else {}
     except ValueError:
         body = None
+    reason, causes = "", tuple[Cause, ...]()
     if isinstance(body, dict) and "message" in body:
         message = str(body["message"])
+        reason = str(body.get("reason") or "")
+        details: dict[str, Any] = body["details"] if isinstance(body.get("details"), dict) else {}
+        causes = tuple(
+            Cause(str(cause.get("field") or ""), str(cause.get("message") or ""))
+            for cause in details.get("causes") or []
+            if isinstance(cause, dict)
+        )
     retry_after = None
     if status in RETRY_AFTER_STATUSES and headers is not None:
         retry_after = parse_retry_after(headers.get("Retry-After"))
-    return ApiError(status, method, path, message, retry_after)
+    return ApiError(status, method, path, message, retry_after, reason, causes)
+
+
+def refusal(manifest: dict[str, Any], error: ApiError) -> Refusal:
+    """The refusal of `manifest` that `error` reports."""
+    return Refusal(
+        manifest["kind"], manifest["metadata"]["name"], error.status, error.reason, error.message, error.causes
+    )
 
 
 class Client:
@@ -173,13 +229,16 @@ class Client:
         if response.status >= 400:
             raise _error(response.status, response.headers, method, path, raw)
         payload: dict[str, Any] = json.loads(raw) if raw else {}
-        if method != "GET":
+        if method != "GET" and not (query or {}).get("dryRun"):  # a dry-run persists nothing: not a write
             metrics.API_WRITES.labels(method).inc()
         return payload
 
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply `manifest` (force, the operator's field manager); with `dry_run`, persist nothing."""
         _, path = located(manifest)
         query = {"fieldManager": c.FIELD_MANAGER, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
         return self.request("PATCH", path, query, manifest, "application/apply-patch+yaml")
 
     def delete(self, obj: dict[str, Any]) -> None:
@@ -241,18 +300,119 @@ MAX_CONCURRENT_REQUESTS = 32
 """Upper bound of requests in flight at once: the apply pool's 16 threads, the reconcile workers, events, start-up."""
 
 
-def _apply_wave(client: Client, manifests: list[dict[str, Any]], result: SyncResult) -> None:
-    """Apply `manifests` in parallel; record each success in `result`, then raise the first failure (if any)."""
+def _apply_wave(
+    client: Client,
+    manifests: list[dict[str, Any]],
+    result: SyncResult,
+    created: list[dict[str, Any]],
+    known_uids: dict[str, str],
+) -> None:
+    """Apply `manifests` in parallel; record each success in `result` (and each object the apply created, i.e. whose
+    uid is not the one `known_uids` holds for its ref, in `created`), then raise `ChildrenRefused` for every refused
+    child, or else the first failure (if any)."""
     futures = [_POOL.submit(client.apply, manifest) for manifest in manifests]
     first: BaseException | None = None
+    refusals: list[Refusal] = []
     for manifest, future in zip(manifests, futures, strict=True):
         error = future.exception()  # waits: every apply of the wave finishes before anything is raised
         if error is None:
             result.applied.append(ref(manifest))
+            applied = future.result()
+            # Judged by uid, not by the cache: a child the cache still holds may have been deleted meanwhile (by
+            # the rollback of an earlier pass whose DELETE event has not arrived yet), and this apply created it.
+            if applied.get("metadata", {}).get("uid") != known_uids.get(ref(manifest)):
+                created.append(applied)
+        elif isinstance(error, ApiError) and error.refused:
+            refusals.append(refusal(manifest, error))
         elif first is None:
             first = error
+    if refusals:
+        raise ChildrenRefused(refusals)
     if first is not None:
         raise first
+
+
+_NOT_DRY_RUN = {(ROLE_BINDING.api_version, ROLE_BINDING.kind)}
+"""Kinds `sync` does not dry-run. A RoleBinding's dry-run fails while its Role does not exist yet (under a
+least-privilege ServiceAccount the escalation check needs the Role: the reason `APPLY_WAVES` exists), and nothing of
+the user's spec reaches it (names, subjects and role are the operator's), so only a quota could refuse it: the
+rollback in `sync` covers that."""
+
+
+def checkable(manifests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifests a dry-run can judge (all but the kinds in `_NOT_DRY_RUN`)."""
+    return [m for m in manifests if (m["apiVersion"], m["kind"]) not in _NOT_DRY_RUN]
+
+
+def _roll_back(client: Client, created: list[dict[str, Any]], result: SyncResult) -> list[dict[str, Any]]:
+    """Delete (UID precondition) the children a refused pass created; returns those deleted. Best effort: a failed
+    delete is logged and left to the next pass, which finds the child live and the refusal again."""
+    deleted: list[dict[str, Any]] = []
+    for obj in created:
+        obj.setdefault("metadata", {})
+        try:
+            client.delete(obj)
+        except ApiError as error:
+            log.warning("could not roll back %s after a refusal: %s", ref(obj), error)
+            continue
+        deleted.append(obj)
+        result.rolled_back.append(ref(obj))
+    return deleted
+
+
+def prepare(
+    owner: dict[str, Any], desired: Iterable[dict[str, Any]], live: Iterable[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """The manifests a pass must write (stamped with the applied hash and the owner reference), and every wanted ref.
+
+    Only children that differ from `live` (`drift.needs_apply`) are returned, so a steady-state pass has none.
+    """
+    live_by_ref = {ref(obj): obj for obj in live}
+    wanted: set[str] = set()
+    writes: list[dict[str, Any]] = []
+    for manifest in desired:
+        stamped = with_applied_hash(manifest)
+        stamped["metadata"]["ownerReferences"] = [owner_reference(owner)]
+        key = ref(stamped)
+        wanted.add(key)
+        if needs_apply(stamped, live_by_ref.get(key)):
+            writes.append(stamped)
+    return writes, wanted
+
+
+def dry_run(client: Client, manifests: list[dict[str, Any]], timeout: float | None = None) -> list[Refusal]:
+    """Server-side apply each manifest with `dryRun=All` (in parallel); every refusal, in the manifests' order.
+
+    A transient failure (5xx, timeout, 429, an RBAC 403) is raised once every dry-run finished, unless another child
+    is refused: the caller cannot tell whether the children would be accepted, and retries the pass as it would a
+    failed write. With `timeout` (seconds), dry-runs still running by then raise `TimeoutError` (the webhook must
+    answer within its own timeout; the requests finish in the background).
+    """
+
+    def attempt(manifest: dict[str, Any]) -> Refusal | None:
+        try:
+            client.apply(manifest, dry_run=True)
+        except ApiError as error:
+            if error.refused:
+                return refusal(manifest, error)
+            raise
+        return None
+
+    futures = [_POOL.submit(attempt, manifest) for manifest in manifests]
+    _, pending = concurrent.futures.wait(futures, timeout=timeout)
+    if pending:
+        raise TimeoutError(f"{len(pending)} of {len(futures)} dry-runs took longer than {timeout}s")
+    refusals: list[Refusal] = []
+    first: BaseException | None = None
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            first = first or error
+        elif (found := future.result()) is not None:
+            refusals.append(found)
+    if first is not None and not refusals:
+        raise first
+    return refusals
 
 
 def sync(
@@ -261,27 +421,42 @@ def sync(
     desired: Iterable[dict[str, Any]],
     live: Iterable[dict[str, Any]],
     result: SyncResult | None = None,
+    verify: bool = True,
 ) -> SyncResult:
     """Apply what differs from `live` (wave by wave), prune owned objects no longer desired; returns what it did.
 
+    With `verify` (the default), the children to write are first dry-run (`dry_run`); if any would be refused,
+    `ChildrenRefused` is raised before anything is written or pruned. A steady-state pass has nothing to write and
+    sends no dry-run either.
+
     Every successful write is recorded in `result` (a new one when None) as soon as it is known, so a caller that
     passes its own sees the writes of a pass that then failed. On a failure the wave in hand finishes, later waves
-    are not started (they may depend on what failed), nothing is pruned, and the first error is raised.
+    are not started (they may depend on what failed), nothing is pruned, and the first error is raised. When the
+    failure is a refusal (`ChildrenRefused`), the children this pass created are deleted again first (their names in
+    `rolled_back`), so a service is never left with some of its new children.
     """
     result = SyncResult() if result is None else result
+    live = list(live)
     live_by_ref = {ref(obj): obj for obj in live}
-    wanted: set[str] = set()
+    writes, wanted = prepare(owner, desired, live)
+    if verify and writes:
+        refusals = dry_run(client, checkable(writes))
+        if refusals:
+            raise ChildrenRefused(refusals)
     waves: list[list[dict[str, Any]]] = [[] for _ in APPLY_WAVES]
-    for manifest in desired:
-        stamped = with_applied_hash(manifest)
-        stamped["metadata"]["ownerReferences"] = [owner_reference(owner)]
-        key = ref(stamped)
-        wanted.add(key)
-        if needs_apply(stamped, live_by_ref.get(key)):
-            waves[_WAVE_OF[(stamped["apiVersion"], stamped["kind"])]].append(stamped)
+    for stamped in writes:
+        waves[_WAVE_OF[(stamped["apiVersion"], stamped["kind"])]].append(stamped)
+    known_uids = {key: str(obj["metadata"].get("uid")) for key, obj in live_by_ref.items()}
+    created: list[dict[str, Any]] = []
     for wave in waves:
         if wave:
-            _apply_wave(client, wave, result)
+            try:
+                _apply_wave(client, wave, result, created, known_uids)
+            except ChildrenRefused as refused:
+                deleted = _roll_back(client, created, result)
+                refused.rolled_back = [ref(obj) for obj in deleted]
+                refused.rolled_back_uids = {str(obj["metadata"].get("uid")) for obj in deleted}
+                raise
     for key, obj in live_by_ref.items():
         owners = obj["metadata"].get("ownerReferences", [])
         ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)

@@ -54,6 +54,18 @@ READY_APPLY_FAILED: Final = ConditionReason(
     "ApplyFailed",
     "Every replica is ready, but the last apply of a child failed; see Degraded.",
 )
+READY_CHILD_REFUSED: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "ChildRefused",
+    "The API server refuses a child of the current spec, so the spec is not applied; see Degraded.",
+)
+READY_RENDER_FAILED: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "RenderFailed",
+    "The operator could not render the children; see SpecConfigConsistent. Children are left as they were.",
+)
 READY_NAMESPACE_DENIED: Final = ConditionReason(
     c.CONDITION_READY,
     "False",
@@ -72,6 +84,14 @@ CONSISTENT_RULE_VIOLATED: Final = ConditionReason(
     "RuleViolated",
     "The spec breaks one or more rules; the message lists each as `[rule-id] field: message` with the fix.",
 )
+CONSISTENT_RENDER_FAILED: Final = ConditionReason(
+    c.CONDITION_SPEC_CONSISTENT,
+    "False",
+    "RenderFailed",
+    "Rendering the children (or validating the spec) raised an error: a bug in the operator; the message has the "
+    "error, please report it. No child is changed; the operator keeps running and tries again on the next change or "
+    "resync, not in a hot loop.",
+)
 
 # ---- Progressing ---------------------------------------------------------------------------------------------------
 PROGRESSING_ROLLING_OUT: Final = ConditionReason(
@@ -86,6 +106,12 @@ PROGRESSING_ROLLOUT_COMPLETE: Final = ConditionReason(
 PROGRESSING_INVALID_SPEC: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "InvalidSpec", "Nothing rolls out while the spec is rejected."
 )
+PROGRESSING_CHILD_REFUSED: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "ChildRefused", "Nothing rolls out while a child is refused; see Degraded."
+)
+PROGRESSING_RENDER_FAILED: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "RenderFailed", "Nothing rolls out while rendering fails."
+)
 PROGRESSING_NAMESPACE_DENIED: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "NamespaceDenied", "Nothing rolls out in a denied namespace; see Ready."
 )
@@ -93,6 +119,16 @@ PROGRESSING_NAMESPACE_DENIED: Final = ConditionReason(
 # ---- Degraded ------------------------------------------------------------------------------------------------------
 DEGRADED_APPLY_FAILED: Final = ConditionReason(
     c.CONDITION_DEGRADED, "True", "ApplyFailed", "The API server refused a child write; the message says which and why."
+)
+DEGRADED_CHILD_REFUSED: Final = ConditionReason(
+    c.CONDITION_DEGRADED,
+    "True",
+    "ChildRefused",
+    "The API server would refuse a child (found by a server-side dry-run before any write, or when a write was "
+    "refused, e.g. by a ResourceQuota): nothing of the pass is applied, the children the pass had created are "
+    "deleted again. The message names each child, what is wrong and, where it is clear, the spec field it comes "
+    "from. Retried with backoff (up to a minute), so it clears by itself once the namespace allows the child. With "
+    "the webhook up, such a spec is refused at admission with the same message.",
 )
 DEGRADED_ROLLOUT_STUCK: Final = ConditionReason(
     c.CONDITION_DEGRADED,
@@ -107,14 +143,20 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     READY_ROLLOUT_IN_PROGRESS,
     READY_INVALID_SPEC,
     READY_APPLY_FAILED,
+    READY_CHILD_REFUSED,
+    READY_RENDER_FAILED,
     READY_NAMESPACE_DENIED,
     CONSISTENT_ALL_RULES_PASSED,
     CONSISTENT_RULE_VIOLATED,
+    CONSISTENT_RENDER_FAILED,
     PROGRESSING_ROLLING_OUT,
     PROGRESSING_ROLLOUT_COMPLETE,
     PROGRESSING_INVALID_SPEC,
+    PROGRESSING_CHILD_REFUSED,
+    PROGRESSING_RENDER_FAILED,
     PROGRESSING_NAMESPACE_DENIED,
     DEGRADED_APPLY_FAILED,
+    DEGRADED_CHILD_REFUSED,
     DEGRADED_ROLLOUT_STUCK,
     DEGRADED_AS_EXPECTED,
 )
@@ -131,6 +173,16 @@ EVENT_READY: Final = EventReason("Ready", "Normal", "The service became Ready.")
 EVENT_APPLY_FAILED: Final = EventReason(
     DEGRADED_APPLY_FAILED.reason, "Warning", "Degraded turned True because a child write failed (once per message)."
 )
+EVENT_CHILD_REFUSED: Final = EventReason(
+    DEGRADED_CHILD_REFUSED.reason,
+    "Warning",
+    "Degraded turned True because the API server refuses a child; nothing was applied (once per message).",
+)
+EVENT_RENDER_FAILED: Final = EventReason(
+    CONSISTENT_RENDER_FAILED.reason,
+    "Warning",
+    "Rendering the children failed: a bug in the operator (once per message); no child was changed.",
+)
 EVENT_ROLLOUT_STUCK: Final = EventReason(
     DEGRADED_ROLLOUT_STUCK.reason, "Warning", "Degraded turned True because a rollout is stuck (once per message)."
 )
@@ -146,6 +198,8 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_CHILDREN_APPLIED,
     EVENT_READY,
     EVENT_APPLY_FAILED,
+    EVENT_CHILD_REFUSED,
+    EVENT_RENDER_FAILED,
     EVENT_ROLLOUT_STUCK,
     EVENT_NAMESPACE_DENIED,
 )

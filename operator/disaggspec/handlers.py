@@ -10,7 +10,9 @@ and name the owners to re-queue. The reconcile workers start once every informer
 and, with leader election, once this replica leads. A service event that is not newer than the cached state (the
 echo of the operator's own status write) queues nothing. The periodic resync first checks the caches against
 metadata-only LISTs, then re-queues every service. A failed pass is retried with backoff. The validating webhook
-refuses a spec through the same `rejection.check` as reconcile (with the update-only rules on updates).
+refuses a spec through the same `rejection.check` as reconcile (with the update-only rules on updates), then, when
+the rules pass, refuses one whose children the API server would refuse (`admission_children`: a dry-run of each
+child, with the message reconcile would write to Degraded; fail-safe, it admits when the dry-run cannot answer).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Protocol
 
 import kopf
 
-from disaggspec import apply, informer, metrics
+from disaggspec import admission_children, apply, informer, metrics
 from disaggspec import constants as c
 from disaggspec.childcache import ChildCache, OwnerKey, ServiceCache
 from disaggspec.reconcile import Reconciler
@@ -230,14 +232,33 @@ async def on_service_event(*, type: str, body: kopf.Body, namespace: str | None,
         QUEUE.add((namespace, name))
 
 
+CHILD_REFUSED_RULE = "child-refused"
+"""The `rule` label of `disaggspec_rule_rejections_total` for a spec refused because a child would be refused."""
+
+
 def admit(*, body: kopf.Body, **kwargs: Any) -> None:
-    """Reject a spec the rule table refuses, with every rule's message (the CRD's CEL rules ran already)."""
+    """Reject a spec the rule table refuses, with every rule's message (the CRD's CEL rules ran already), or one
+    whose children the API server would refuse, with the message reconcile would write to Degraded."""
     old, operation = kwargs.get("old"), kwargs.get("operation")
     previous = _plain(old) if operation == "UPDATE" and old else None
-    _, rejection = check(_plain(body), previous)
+    obj = _plain(body)
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("namespace") and kwargs.get("namespace"):
+        meta["namespace"] = kwargs["namespace"]  # the request's: children are rendered into it
+    try:
+        service, rejection = check(obj, previous)
+    except Exception:  # a bug in the rule table must not block users (nor be their error message): admit
+        log.exception("%s/%s: admitted unvalidated: the rule table raised", meta.get("namespace"), meta.get("name"))
+        return
     if rejection:
         metrics.count_rejection(rejection.rules, "admission")
         raise kopf.AdmissionError(rejection.text, code=422)
+    if service is None or RUNTIME.reconciler is None:
+        return
+    refused = admission_children.refusal_text(RUNTIME.reconciler.client, RUNTIME.reconciler.config, obj, service)
+    if refused is not None:
+        metrics.count_rejection((CHILD_REFUSED_RULE,), "admission")
+        raise kopf.AdmissionError(refused, code=422)
 
 
 def enable_webhook() -> None:

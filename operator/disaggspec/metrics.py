@@ -31,6 +31,11 @@ RECONCILE_ERRORS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+RENDER_FAILURES = Counter(
+    "disaggspec_render_failures_total",
+    "Reconcile passes whose render raised (a bug in the operator; the service reports RenderFailed).",
+    registry=REGISTRY,
+)
 REJECTIONS = Counter(
     "disaggspec_rule_rejections_total",
     "Specs rejected by a validation rule, by rule id and where (admission or reconcile).",

@@ -3,10 +3,13 @@
 Steps of `Reconciler.reconcile`:
   1. parse and validate the object (`rejection.check`: the API models, then the rule table), as admission does;
   2. on any problem, change no child, set SpecConfigConsistent=False with the rejection's text;
-  3. otherwise render the children and `apply.sync` them against the live ones (writes only what differs, prunes
+  3. otherwise render the children (an exception there is a bug: SpecConfigConsistent=False, reason RenderFailed,
+     no child changed, no hot retry) and `apply.sync` them against the live ones (writes only what differs, prunes
      what is no longer rendered); live children come from the watch-fed cache, and a rendered child the cache has
      not seen yet is read from the API server first (unless the service has no status yet, i.e. never had
-     children), so a lagging cache never causes a write;
+     children), so a lagging cache never causes a write; what would be written is dry-run first, and if the API
+     server would refuse any child nothing is written (Degraded=True, reason ChildRefused, naming each child and
+     the spec field it comes from) and the pass is retried with backoff;
   4. compute the status from the live Deployments (pure `status.compute`, a typed `DisaggSpecServiceStatus`);
   5. write the status (its `to_wire()` JSON) in one patch, only when it changed;
   6. only then emit Events (reasons from `conditions`), and only for transitions (a resync never repeats them).
@@ -23,16 +26,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from disaggspec import apply, metrics, render, status
+from disaggspec import apply, childrefusal, metrics, render, status
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecServiceStatus
 from disaggspec.childcache import ServiceCache
 from disaggspec.conditions import EventReason
 from disaggspec.config import OperatorConfig
-from disaggspec.rejection import Rejection, check
+from disaggspec.rejection import ACCEPTED, Rejection, check
 
 log = logging.getLogger("disaggspec.reconcile")
 
@@ -44,8 +48,34 @@ EventFn = Callable[[dict[str, Any], str, str, str], None]
 _DEGRADED_EVENTS: Mapping[str, EventReason] = {
     r.DEGRADED_APPLY_FAILED.reason: r.EVENT_APPLY_FAILED,
     r.DEGRADED_ROLLOUT_STUCK.reason: r.EVENT_ROLLOUT_STUCK,
+    r.DEGRADED_CHILD_REFUSED.reason: r.EVENT_CHILD_REFUSED,
 }
 """The Warning Event announcing each reason Degraded turns True with."""
+
+
+ROLLBACK_HOLD_SECONDS: tuple[float, ...] = (2.0, 5.0, 15.0, 30.0, 60.0)
+"""How long a service whose pass was rolled back waits before writing again (the last one repeats)."""
+
+
+@dataclass
+class _Hold:
+    """A service whose last pass created children, was refused and deleted them again: until `until` (monotonic),
+    passes of the same generation write nothing. Without it, the rollback's own DELETE events would queue the
+    service again at once, and every pass would create and delete the same children (the work queue's backoff only
+    spaces retries, not passes that events trigger)."""
+
+    generation: int
+    message: str
+    until: float
+    attempts: int
+
+
+class HeldOff(Exception):
+    """A pass that wrote nothing because its service is on hold; `retry_after` tells the work queue when to retry."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"a child was refused: writing again in {retry_after:.0f}s")
+        self.retry_after = retry_after
 
 
 class _Stale(Exception):
@@ -66,8 +96,31 @@ def _creates(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> bool:
     return any(apply.ref(manifest) not in known for manifest in desired)
 
 
+def render_failure(error: Exception, stage: str = "rendering the children") -> str:
+    """The SpecConfigConsistent message of a render (or validation) that raised."""
+    what = f"{type(error).__name__}: {error}"
+    return f"{stage} failed: {what}; this is a bug in the operator, please report it"
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition_message(status_: dict[str, Any] | None, type_: str) -> str | None:
+    for cond in (status_ or {}).get("conditions", []):
+        if cond.get("type") == type_:
+            return str(cond.get("message"))
+    return None
+
+
+def _bug(body: dict[str, Any], error: Exception, stage: str) -> str:
+    """Count and log (with the traceback, once per message) an exception of a pure stage; returns the message."""
+    message = render_failure(error, stage)
+    metrics.RENDER_FAILURES.inc()
+    if _condition_message(body.get("status"), c.CONDITION_SPEC_CONSISTENT) != message:
+        meta = body["metadata"]
+        log.error("%s/%s: %s failed", meta["namespace"], meta["name"], stage, exc_info=error)
+    return message
 
 
 class Reconciler:
@@ -90,6 +143,12 @@ class Reconciler:
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._rolled_back: dict[tuple[str, str], set[str]] = {}
+        """Per service, uids of children a refused pass created and deleted again, until the cache no longer holds
+        them: a pass in between must not take them for live (it would skip re-creating them, or create the others
+        alone and leave the service half-applied). Touched only under the service's lock."""
+        self._holds: dict[tuple[str, str], _Hold] = {}
+        """Services whose last pass was rolled back, and until when they write nothing (see `_Hold`)."""
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -98,6 +157,8 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
+            self._rolled_back.pop((namespace, name), None)
+            self._holds.pop((namespace, name), None)
         metrics.TALLY.record(f"{namespace}/{name}", None)
 
     def reconcile(self, namespace: str, name: str, children: ChildrenFn) -> None:
@@ -153,19 +214,42 @@ class Reconciler:
         generation = int(meta.get("generation", 1))
         previous = body.get("status") or None
 
-        service, rejection = check(body)
+        render_error: str | None = None
+        try:
+            service, rejection = check(body)
+        except Exception as error:  # the rule table is pure too: a crash there is a bug, reported like a render's
+            service, rejection = None, ACCEPTED
+            render_error = _bug(body, error, "validating the spec")
         # The operator's watch-fed cache: no request.
         live = children(namespace, name)
+        gone = self._rolled_back.get((namespace, name))
+        if gone:
+            held = [obj for obj in live if obj["metadata"].get("uid") in gone]
+            live = [obj for obj in live if obj["metadata"].get("uid") not in gone]
+            if not held:  # the cache has seen every rollback delete
+                del self._rolled_back[(namespace, name)]
         result = apply.SyncResult()
         apply_error: str | None = None
-        failed: apply.ApiError | None = None
+        failed: Exception | None = None
         fingerprint = endpoint = None
+        refused: str | None = None
         denied = namespace in self.config.denied_namespaces
+        desired: list[dict[str, Any]] | None = None
         # A service being deleted gets no new children (they would only be garbage-collected again).
         if not rejection and service is not None and not denied and not meta.get("deletionTimestamp"):
-            fingerprint = render.fingerprint(service)
-            endpoint = render.endpoint(service)
-            desired = render.render(service, self.config)
+            try:
+                fingerprint = render.fingerprint(service)
+                endpoint = render.endpoint(service)
+                desired = render.render(service, self.config)
+            except Exception as error:  # render is pure: whatever it raises is a bug, never a reason to crash
+                render_error = _bug(body, error, "rendering the children")
+        hold = self._holds.get((namespace, name))
+        if hold is not None and (hold.generation != generation or desired is None):
+            hold = None  # an edit (or a spec with nothing to apply) is a new attempt
+            del self._holds[(namespace, name)]
+        if desired is not None and hold is not None and time.monotonic() < hold.until:
+            refused, failed = hold.message, HeldOff(hold.until - time.monotonic())
+        elif desired is not None and service is not None:
             try:
                 # A service never reconciled before (no status) has no children to find: skip the reads.
                 if previous is not None:
@@ -177,14 +261,24 @@ class Reconciler:
                     if current is None or _uid(current) != _uid(body):
                         raise _Stale(current)
                 apply.sync(self.client, body, desired, live, result=result)
+            except apply.ChildrenRefused as error:
+                outcome = childrefusal.ROLLED_BACK if error.rolled_back else childrefusal.NOTHING_APPLIED
+                refused, failed = childrefusal.explain(error.refusals, desired, body.get("spec"), outcome), error
+                if error.rolled_back_uids:
+                    self._rolled_back.setdefault((namespace, name), set()).update(error.rolled_back_uids)
+                    attempts = hold.attempts + 1 if hold is not None else 1
+                    wait = ROLLBACK_HOLD_SECONDS[min(attempts, len(ROLLBACK_HOLD_SECONDS)) - 1]
+                    self._holds[(namespace, name)] = _Hold(generation, refused, time.monotonic() + wait, attempts)
             except apply.ApiError as error:
                 apply_error, failed = str(error), error
+            else:
+                self._holds.pop((namespace, name), None)
             metrics.CHILD_WRITES.labels("apply").inc(len(result.applied))
-            metrics.CHILD_WRITES.labels("prune").inc(len(result.pruned))
-        elif previous is not None:
-            # Keep reporting what the children run while the spec is rejected.
-            fingerprint = previous.get("specFingerprint")
-            endpoint = previous.get("endpoint")
+            metrics.CHILD_WRITES.labels("prune").inc(len(result.pruned) + len(result.rolled_back))
+        if desired is None or refused is not None:
+            # Nothing of this spec was applied: keep reporting what the children run (nothing, for a new service).
+            fingerprint = (previous or {}).get("specFingerprint")
+            endpoint = (previous or {}).get("endpoint")
 
         deployments = {
             obj["metadata"]["labels"].get(c.LABEL_ROLE): obj
@@ -192,7 +286,15 @@ class Reconciler:
             if obj["kind"] == apply.DEPLOYMENT.kind and obj["metadata"]["name"].startswith(f"{name}-")
         }
         observation = status.Observation(
-            generation, rejection, deployments, fingerprint, endpoint, apply_error, namespace if denied else None
+            generation,
+            rejection,
+            deployments,
+            fingerprint,
+            endpoint,
+            apply_error,
+            namespace if denied else None,
+            refused=refused,
+            render_error=render_error,
         )
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
@@ -212,11 +314,12 @@ class Reconciler:
         self._events(body, previous, new_status, rejection, result)
         if result.changed or written:
             log.info(
-                "reconciled %s/%s: applied=%s pruned=%s status_written=%s violations=%d",
+                "reconciled %s/%s: applied=%s pruned=%s rolled_back=%s status_written=%s violations=%d",
                 namespace,
                 name,
                 result.applied,
                 result.pruned,
+                result.rolled_back,
                 written,
                 len(rejection.problems),
             )
@@ -242,7 +345,10 @@ class Reconciler:
         if rejection and before.get(c.CONDITION_SPEC_CONSISTENT, {}).get("message") != consistent.message:
             metrics.count_rejection(rejection.rules, "reconcile")
             self._emit(body, r.EVENT_SPEC_REJECTED, rejection.text)
-        if result.changed:
+        was = before.get(c.CONDITION_SPEC_CONSISTENT, {}).get("message")
+        if consistent.reason == r.CONSISTENT_RENDER_FAILED.reason and was != consistent.message:
+            self._emit(body, r.EVENT_RENDER_FAILED, consistent.message or "")
+        if result.changed and not result.rolled_back:
             self._emit(body, r.EVENT_CHILDREN_APPLIED, f"applied {result.applied}, pruned {result.pruned}")
         ready = after[c.CONDITION_READY]
         if ready.status == "True" and before.get(c.CONDITION_READY, {}).get("status") != "True":

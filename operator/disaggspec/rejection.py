@@ -29,10 +29,13 @@ class Problem:
     rule: str
     field: str
     message: str
+    detail: str | None = None
+    """What exactly is wrong at `field`, when the rule says (appended to the static message in `text`)."""
 
     @property
     def text(self) -> str:
-        return f"[{self.rule}] {self.field}: {self.message}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"[{self.rule}] {self.field}: {self.message}{detail}"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Rejection:
     @classmethod
     def of_violations(cls, violations: Iterable[Violation]) -> Rejection:
         """The rule table's violations."""
-        return cls(tuple(Problem(v.rule, v.field, v.message) for v in violations))
+        return cls(tuple(Problem(v.rule, v.field, v.message, v.detail) for v in violations))
 
     @classmethod
     def of_schema_error(cls, error: pydantic.ValidationError) -> Rejection:

@@ -41,6 +41,10 @@ class Observation:
     apply_error: str | None = None
     denied_namespace: str | None = None
     """Set when the service's namespace is denied to the operator (no children are created there)."""
+    refused: str | None = None
+    """Why the API server refuses a child (`childrefusal.explain`), when it does; nothing of the pass was applied."""
+    render_error: str | None = None
+    """The error rendering raised (a bug), when it did; no child was changed."""
 
 
 def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
@@ -102,10 +106,14 @@ def conditions(observation: Observation) -> list[Condition]:
 
     if rejected:
         consistent = _condition(r.CONSISTENT_RULE_VIOLATED, observation.rejection.text, gen)
+    elif observation.render_error is not None:
+        consistent = _condition(r.CONSISTENT_RENDER_FAILED, observation.render_error, gen)
     else:
         consistent = _condition(r.CONSISTENT_ALL_RULES_PASSED, "prefill and decode agree", gen)
 
-    if observation.apply_error is not None:
+    if observation.refused is not None:
+        degraded = _condition(r.DEGRADED_CHILD_REFUSED, observation.refused, gen)
+    elif observation.apply_error is not None:
         degraded = _condition(r.DEGRADED_APPLY_FAILED, observation.apply_error, gen)
     elif blocked:
         text = "; ".join(f"{role}: {why}" for role, why in blocked.items())
@@ -116,6 +124,14 @@ def conditions(observation: Observation) -> list[Condition]:
     if rejected:
         progressing = _condition(r.PROGRESSING_INVALID_SPEC, "children left unchanged", gen)
         ready = _condition(r.READY_INVALID_SPEC, "fix the spec: see SpecConfigConsistent", gen)
+    elif observation.render_error is not None:
+        progressing = _condition(r.PROGRESSING_RENDER_FAILED, "children left unchanged", gen)
+        ready = _condition(
+            r.READY_RENDER_FAILED, "the operator could not render the children: see SpecConfigConsistent", gen
+        )
+    elif observation.refused is not None:
+        progressing = _condition(r.PROGRESSING_CHILD_REFUSED, "nothing applied while a child is refused", gen)
+        ready = _condition(r.READY_CHILD_REFUSED, "the spec is not applied: a child is refused, see Degraded", gen)
     elif pending:
         waiting = ", ".join(pending)
         progressing = _condition(r.PROGRESSING_ROLLING_OUT, f"waiting for {waiting}", gen)

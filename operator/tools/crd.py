@@ -62,10 +62,9 @@ def _rules_by_node() -> dict[str, list[dict[str, str]]]:
     """CEL entries keyed by the class name of the node they sit on ("root" for the object root), in table order."""
     nodes: dict[str, list[dict[str, str]]] = {}
     for rule in ALL_RULES:
-        if rule.cel is None:
-            continue
-        node = rule.cel.node if isinstance(rule.cel.node, str) else rule.cel.node.__name__
-        nodes.setdefault(node, []).append(_cel_entry(rule.id, rule.message, rule.cel))
+        for cel in rule.cels:
+            node = cel.node if isinstance(cel.node, str) else cel.node.__name__
+            nodes.setdefault(node, []).append(_cel_entry(rule.id, rule.message, cel))
     return nodes
 
 

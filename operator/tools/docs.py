@@ -347,17 +347,20 @@ def api_reference() -> str:
 
 
 def _cel_places(rule: Rule | TransitionRule, where: Mapping[type[BaseModel], list[str]]) -> str:
-    assert rule.cel is not None
-    node = rule.cel.node
-    spots = ["the object root"] if isinstance(node, str) else [_code(p) for p in where[node]]
-    return ", ".join(spots)
+    """The schema nodes a rule's CEL sits on, then the fieldPath(s) it reports, relative to the node."""
+    nodes: dict[str, None] = {}
+    for cel in rule.cels:
+        for spot in ["the object root"] if isinstance(cel.node, str) else [_code(p) for p in where[cel.node]]:
+            nodes[spot] = None
+    reported = dict.fromkeys(_code(cel.field_path) if cel.field_path else "the node itself" for cel in rule.cels)
+    return f"{', '.join(nodes)} (reported at {', '.join(reported)})"
 
 
 def enforcement(rule: Rule | TransitionRule, where: Mapping[type[BaseModel], list[str]]) -> str:
     """Where a rule is checked: the CRD's CEL (on which schema node) and the operator's Python twin."""
     if isinstance(rule, TransitionRule):
         return f"CRD CEL transition rule on {_cel_places(rule, where)} (updates); webhook (updates)"
-    if rule.cel is None:
+    if not rule.cels:
         return "Python only: webhook, reconcile"
     return f"CRD CEL on {_cel_places(rule, where)}; webhook, reconcile"
 
@@ -365,7 +368,7 @@ def enforcement(rule: Rule | TransitionRule, where: Mapping[type[BaseModel], lis
 def rule_table() -> str:
     """The `rule-table` block: every rule in table order."""
     where = paths_of()
-    python_only = [r.id for r in RULES if r.cel is None]
+    python_only = [r.id for r in RULES if not r.cels]
     rows = [
         [_code(rule.id), enforcement(rule, where), ", ".join(_code(f) for f in rule.fields), _md(rule.message)]
         for rule in ALL_RULES
@@ -465,7 +468,7 @@ def api_summary() -> str:
                 _md(field.info.description or ""),
             ]
         )
-    python_only = sum(1 for r in RULES if r.cel is None)
+    python_only = sum(1 for r in RULES if not r.cels)
     lines = [
         *_table(("block", "required", "what it holds"), rows),
         "",

@@ -11,7 +11,10 @@ strings except the help action:
   single-dash ones, if any);
 - `ALIASES`: for an action with several option strings, each of them (the canonical one included) -> the action's
   canonical option, its first long (`--`) option string, which is the one SGLang names it by;
-- `DESTS`: each action's canonical option -> the `dest` argparse stores its value under.
+- `DESTS`: each action's canonical option -> the `dest` argparse stores its value under;
+- `OPTIONS`: each action's canonical option -> an `Option` (`disaggspec.sglang.options`): its dest, its `nargs` (0
+  for actions that take no value: store_true/false, store_const, BooleanOptionalAction), the type of its values
+  (`int`, `float`, `str`, `json` for `json.loads`, else `other`) and its choices, when set (in the parser's order).
 
 `--check` writes nothing and exits 1 with a diff when the committed module differs. The output is deterministic
 (sorted, one entry a line, already in `ruff format` style). SGLang is imported only inside `sglang_parser` and
@@ -25,10 +28,10 @@ import importlib
 import importlib.metadata
 import json
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from tools.common import repo_root, write_or_check
 
@@ -39,13 +42,46 @@ LINE_LENGTH: Final = 120
 """pyproject's `[tool.ruff] line-length`: a longer dict entry is split so the module passes `ruff check` as written."""
 
 
+class ActionFacts(NamedTuple):
+    """One action's row of `OPTIONS`; the same fields, in the same order, as `disaggspec.sglang.options.Option`
+    (repeated here so the generator imports nothing of the operator inside SGLang's venv)."""
+
+    dest: str
+    nargs: int | str | None
+    value: str | None
+    choices: tuple[str | int | float, ...] = ()
+
+
 @dataclass(frozen=True)
 class Inventory:
-    """What one parser registers: see the module docstring for the three tables."""
+    """What one parser registers: see the module docstring for the four tables."""
 
     flags: frozenset[str]
     aliases: dict[str, str]
     dests: dict[str, str]
+    options: Mapping[str, ActionFacts] = field(default_factory=dict)
+
+
+_VALUE_TYPES: Final[dict[object, str]] = {int: "int", float: "float", str: "str", None: "str", json.loads: "json"}
+"""argparse converters -> the value type recorded; any other callable is `other`."""
+
+
+def action_facts(action: argparse.Action) -> ActionFacts:
+    """The OPTIONS row of one action: argparse's nargs (0 when it takes no value), value type and choices."""
+    nargs = action.nargs
+    if nargs == 0:
+        return ActionFacts(action.dest, 0, None)
+    if nargs is not None and not isinstance(nargs, int) and nargs not in ("?", "+", "*"):
+        raise ValueError(f"{action.option_strings}: nargs {nargs!r} is not modelled")
+    value = _VALUE_TYPES.get(action.type, "other")
+    choices: tuple[str | int | float, ...] = ()
+    if action.choices is not None:
+        # A set has no order of its own: sort it so the output stays deterministic.
+        items = list(action.choices) if isinstance(action.choices, list | tuple | range) else sorted(action.choices)
+        if not all(isinstance(c, str | int | float) and not isinstance(c, bool) for c in items):
+            raise ValueError(f"{action.option_strings}: choices {items!r} are not str, int or float")
+        choices = tuple(items)
+    return ActionFacts(action.dest, nargs, value, choices)
 
 
 def canonical_option(option_strings: Sequence[str]) -> str:
@@ -58,6 +94,7 @@ def collect_inventory(parser: argparse.ArgumentParser) -> Inventory:
     flags: set[str] = set()
     aliases: dict[str, str] = {}
     dests: dict[str, str] = {}
+    options: dict[str, ActionFacts] = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
             continue
@@ -66,12 +103,14 @@ def collect_inventory(parser: argparse.ArgumentParser) -> Inventory:
             raise ValueError(f"{canonical} names two actions")
         flags.update(action.option_strings)
         dests[canonical] = action.dest
+        options[canonical] = action_facts(action)
         if len(action.option_strings) > 1:
             aliases.update((option, canonical) for option in action.option_strings)
     return Inventory(
         flags=frozenset(flags),
         aliases=dict(sorted(aliases.items())),
         dests=dict(sorted(dests.items())),
+        options=dict(sorted(options.items())),
     )
 
 
@@ -107,6 +146,38 @@ def _dict_lines(name: str, table: dict[str, str]) -> list[str]:
     return [f"{name}: dict[str, str] = {{", *body, "}"]
 
 
+def _literal(value: str | int | float | None) -> str:
+    return _str(value) if isinstance(value, str) else repr(value)
+
+
+def _option_lines(facts: ActionFacts) -> list[str]:
+    """The arguments of one `Option(...)`, each a line at 8 spaces (the exploded form); choices as a tuple."""
+    args = [_str(facts.dest), _literal(facts.nargs), _literal(facts.value)]
+    lines = [f"        {arg}," for arg in args]
+    if facts.choices:
+        items = [_literal(c) for c in facts.choices]
+        one_line = "        (" + ", ".join(items) + ("," if len(items) == 1 else "") + "),"
+        if len(one_line) <= LINE_LENGTH:
+            lines.append(one_line)
+        else:
+            lines += ["        (", *(f"            {item}," for item in items), "        ),"]
+    return lines
+
+
+def _options_lines(options: Mapping[str, ActionFacts]) -> list[str]:
+    if not options:
+        return ["OPTIONS: dict[str, Option] = {}"]
+    body: list[str] = []
+    for key, facts in sorted(options.items()):
+        args = _option_lines(facts)
+        line = f"    {_str(key)}: Option(" + " ".join(a.strip() for a in args)[:-1] + "),"
+        if len(line) <= LINE_LENGTH and not any(a.endswith("(") for a in args):
+            body.append(line)
+        else:  # the form `ruff format` keeps: one argument a line, with a trailing comma
+            body += [f"    {_str(key)}: Option(", *args, "    ),"]
+    return ["OPTIONS: dict[str, Option] = {", *body, "}"]
+
+
 def render(inventory: Inventory, *, version: str, wheel: str) -> str:
     """The generated module's exact text."""
     multi = len(set(inventory.aliases.values()))
@@ -123,10 +194,14 @@ def render(inventory: Inventory, *, version: str, wheel: str) -> str:
         "  option, its first long option string (so a canonical option maps to itself).",
         f"- `DESTS`: each action's canonical option ({len(inventory.dests)} actions) -> the argparse dest it stores",
         "  into; a flag's dest is `DESTS[ALIASES.get(flag, flag)]`.",
+        "- `OPTIONS`: each action's canonical option -> `Option(dest, nargs, value type, choices)`",
+        "  (`disaggspec.sglang.options`); nargs 0 takes no value.",
         '"""',
     ]
     lines = [
         *doc,
+        "",
+        "from disaggspec.sglang.options import Option",
         "",
         "FLAGS: frozenset[str] = frozenset(",
         "    {",
@@ -137,6 +212,8 @@ def render(inventory: Inventory, *, version: str, wheel: str) -> str:
         *_dict_lines("ALIASES", inventory.aliases),
         "",
         *_dict_lines("DESTS", inventory.dests),
+        "",
+        *_options_lines(inventory.options),
     ]
     return "\n".join(lines) + "\n"
 

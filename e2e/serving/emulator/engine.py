@@ -116,6 +116,8 @@ class Engine:
         self._prefill_info: dict[str, dict[str, Any]] = {}
         """bootstrap_addr -> parallel info (decode's prefill_info_table / prefill_dp_size_table)."""
         self._ensure_lock: dict[str, asyncio.Lock] = {}
+        self._refused_prefills: dict[str, tuple[float, str]] = {}
+        """bootstrap_addr -> (refused until, reason): patch 0002's back-off for a mismatched prefill."""
         self.before_crash: list[Any] = []
         """Callables run before the process kills itself (flush logs)."""
 
@@ -361,8 +363,10 @@ class Engine:
             except pd.HandshakeError as exc:
                 self.metrics.increment_bootstrap_failed_reqs()
                 raise Abort(self._decode_failure("handshake", req, exc.reason), 500) from None
+            except pd.PrefillMismatch as exc:
+                self._prefill_mismatch(req, str(exc))
             except pd.ConfigMismatch as exc:
-                self._config_mismatch(req, str(exc))
+                self.crash(f"Traceback (most recent call last): ... RuntimeError: {exc}")
             finally:
                 self.counters.decode_prealloc -= 1
             self.counters.decode_transfer += 1
@@ -387,20 +391,16 @@ class Engine:
         async for out in self._generate_tokens(req, started, peer, first):
             yield out
 
-    def _config_mismatch(self, req: GenRequest, problem: str) -> NoReturn:
-        """A RuntimeError from 0.5.23's try_ensure_parallel_info. It is not caught on its way up
-        (disaggregation/decode.py:1200 -> pop_preallocated -> the event loop), so the decode scheduler dies and takes
-        the server with it (managers/scheduler.py:6369-6379): `fingerprint-mismatch=crash`, the default. With
-        `fingerprint-mismatch=abort` the emulator fails only this request, HTTP 500 with the message."""
+    def _prefill_mismatch(self, req: GenRequest, problem: str) -> NoReturn:
+        """Patch 0002 (0.5.23): try_ensure_parallel_info raises PrefillMismatchError, the decode queue aborts the
+        requests bound to that prefill (the receiver's recorded failure reaches _update_handshake_waiters: HTTP 500
+        with the message) and the server keeps serving. `fingerprint-mismatch=crash` emulates the image before
+        that change, where the RuntimeError reached run_scheduler_process and killed the server
+        (managers/scheduler.py:6369-6379)."""
         if self.options.fingerprint_mismatch == "crash":
             self.crash(f"Traceback (most recent call last): ... RuntimeError: {problem}")
-        message = (
-            f"Decode handshake failed for request rank=0 decode_req.req.rid={req.rid!r} "
-            f"decode_req.req.bootstrap_room={req.bootstrap_room} with exception RuntimeError: {problem}"
-        )
-        log.error("%s (emulated abort: the real decode scheduler crashes here)", message)
         self.metrics.increment_bootstrap_failed_reqs()
-        raise Abort(message, 500)
+        raise Abort(self._decode_failure("handshake", req, problem), 500)
 
     def _decode_failure(self, stage: str, req: GenRequest, reason: str) -> str:
         """0.5.2 disaggregation/decode.py:328-338 (handshake) and :585-595 (transfer); 0.5.23 decode.py:1159 and
@@ -480,10 +480,22 @@ class Engine:
             cached = self._prefill_info.get(addr)
             if cached is not None:
                 return cached
+            # Patch 0002 (_ensure_prefill_info): within its back-off a refused prefill's requests fail at once;
+            # after it, /route is fetched and judged again.
+            refused = self._refused_prefills.get(addr)
+            if refused is not None and time.monotonic() < refused[0]:
+                raise pd.PrefillMismatch(refused[1])
+            self._refused_prefills.pop(addr, None)
             if self.cfg.version == "0.5.2":
                 info = await self._parallel_info_0_5_2(addr)
             else:
-                info = await self._parallel_info_0_5_23(addr)
+                try:
+                    info = await self._parallel_info_0_5_23(addr)
+                except pd.PrefillMismatch as exc:
+                    backoff = self.options.refused_prefill_backoff
+                    log.error("%s Aborting the requests bound to it; refusing it for %.0f s.", exc, backoff)
+                    self._refused_prefills[addr] = (time.monotonic() + backoff, str(exc))
+                    raise
             self._prefill_info[addr] = info
             return info
 
@@ -511,7 +523,7 @@ class Engine:
         for attempt in range(1, self.options.ensure_retries + 1):
             got = await pd.http_get_json(self.session(), url, timeout=5)
             if got is not None and got[0] == 200 and isinstance(got[1], dict):
-                self._check_prefill_info(got[1])
+                self._check_prefill_info(addr, got[1])
                 return dict(got[1])
             if got is not None:
                 log.error("Failed to get prefill server info: %s, %s", got[0], got[1])
@@ -520,9 +532,10 @@ class Engine:
         log.error("Could not fetch prefill parallel info from %s after %d attempts", addr, self.options.ensure_retries)
         raise pd.HandshakeError("Aborted by AbortReq.", "handshake")
 
-    def _check_prefill_info(self, info: dict[str, Any]) -> None:
-        """0.5.23 try_ensure_parallel_info's sanity checks: page size, KV cache dtype, and (patch 0002) the
-        speculative fingerprint. Each raises RuntimeError in the decode scheduler."""
+    def _check_prefill_info(self, addr: str, info: dict[str, Any]) -> None:
+        """0.5.23 try_ensure_parallel_info's sanity checks: page size and KV cache dtype (upstream's RuntimeError,
+        which kills the decode server), then patch 0002's speculative fingerprint (PrefillMismatchError, which fails
+        only that prefill's requests; not cached, so the address is judged again after its back-off)."""
         problem = None
         if info.get("page_size") is not None and int(info["page_size"]) != self.cfg.page_size:
             problem = (
@@ -536,10 +549,16 @@ class Engine:
                 f"but decode server has kv_cache_dtype={self.kv_cache_dtype_str()}. "
                 f"Both servers must use the same --kv-cache-dtype value."
             )
-        else:
-            problem = mismatch_message(self.fingerprint, info.get("spec_fingerprint"))
         if problem is not None:
             raise pd.ConfigMismatch(problem)
+        mismatch = mismatch_message(self.fingerprint, info.get("spec_fingerprint"))
+        if mismatch is not None:
+            if info.get("spec_fingerprint") is None:
+                mismatch += (
+                    " The Rust bootstrap registry (SGLANG_RUST_SERVER=1) carries no fingerprint either; do not "
+                    "enable it on speculative PD servers."
+                )
+            raise pd.PrefillMismatch(f"Prefill server {addr} refused: {mismatch}")
 
     def kv_cache_dtype_str(self) -> str:
         from e2e.serving.emulator.options import dtype_name

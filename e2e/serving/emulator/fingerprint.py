@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Mapping
 from typing import Any, Final
 
 from e2e.serving.emulator.options import EmulateOptions
@@ -26,7 +28,12 @@ FIELDS: Final = (
     "num_draft_states",
     "speculative_use_rejection_sampling",
     "topk_buffer_width",
+    "draft_probs_shape",  # patch 0003
 )
+DRAFT_PROBS_ENV: Final = "SGLANG_DISAGG_TRANSFER_DRAFT_PROBS"
+"""Patch 0003's opt-in (an EnvBool in sglang/srt/environ.py, default off): carry the draft proposal q to decode."""
+_TRUE: Final = frozenset({"true", "1", "yes", "y"})
+"""What 0.5.23's EnvBool reads as true (sglang/srt/environ.py:143-150)."""
 # 0.5.23 speculative/spec_info.py:102-109 (is_eagle) and :180-183 (carries_draft_hidden_states).
 _CARRIES_DRAFT_HIDDEN: Final = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP"})
 
@@ -39,7 +46,18 @@ def topk_metadata_width(cfg: ServerConfig) -> int:
     return max(16, topk)
 
 
-def speculative_fingerprint(cfg: ServerConfig, options: EmulateOptions) -> dict[str, Any]:
+def draft_probs_shape(cfg: ServerConfig, options: EmulateOptions, environ: Mapping[str, str]) -> list[int] | None:
+    """Patch 0003 `spec_draft_probs_metadata_shape`: [states, vocab] of the q row when the opt-in env is on and
+    rejection sampling is on (one state, or numSteps with multi-layer EAGLE), else None."""
+    if environ.get(DRAFT_PROBS_ENV, "").lower() not in _TRUE or not cfg.speculative_use_rejection_sampling:
+        return None
+    states = int(cfg.speculative_num_steps or 1) if cfg.enable_multi_layer_eagle else 1
+    return [states, int(options.vocab_size)]
+
+
+def speculative_fingerprint(
+    cfg: ServerConfig, options: EmulateOptions, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Patch 0001 `speculative_fingerprint(spec, metadata_buffers)`. The hidden row is the draft's (hidden-size /
     hidden-dtype emulate options) when the algorithm carries draft hidden states, else SGLang's 16-wide float32
     padding row (0.5.23 managers/scheduler.py:1539-1556)."""
@@ -58,6 +76,7 @@ def speculative_fingerprint(cfg: ServerConfig, options: EmulateOptions) -> dict[
         "num_draft_states": topk * steps if multi_layer else topk,
         "speculative_use_rejection_sampling": bool(cfg.speculative_use_rejection_sampling),
         "topk_buffer_width": topk_metadata_width(cfg),
+        "draft_probs_shape": draft_probs_shape(cfg, options, os.environ if environ is None else environ),
     }
 
 

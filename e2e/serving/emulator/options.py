@@ -41,10 +41,17 @@ class EmulateOptions:
     """bootstrap-refused: a prefill's bootstrap server never listens. transfer-failure: a prefill fails every KV
     transfer. crash: the process dies when request crash-after + 1 arrives. The first two act on prefills only."""
     crash_after: int = 0
-    fingerprint_mismatch: MismatchMode = "crash"
-    """0.5.23 decode, prefill fingerprint differs: `crash` as the patched SGLang does (the RuntimeError from
-    try_ensure_parallel_info kills the decode scheduler, so the server dies), or `abort` (fail only that request,
-    HTTP 500 naming the fields)."""
+    fingerprint_mismatch: MismatchMode = "abort"
+    """0.5.23 decode, the prefill's fingerprint or metadata layout differs: `abort` as the patched image does (patch
+    0002: PrefillMismatchError fails every request bound to that prefill with HTTP 500 naming the fields, and refuses
+    the prefill for `refused-prefill-backoff` seconds; the decode keeps serving others), or `crash`, the earlier
+    image (the RuntimeError reached run_scheduler_process and the whole decode server died)."""
+    refused_prefill_backoff: float = 30.0
+    """0.5.23 decode: seconds a refused prefill's requests fail at once, without fetching /route again (patch 0002,
+    DecodePreallocQueue._refused_prefill_backoff)."""
+    vocab_size: int = 128256
+    """Target vocabulary (Llama 3): the width of the draft-probs row (fingerprint field draft_probs_shape, patch
+    0003) when SGLANG_DISAGG_TRANSFER_DRAFT_PROBS is on with rejection sampling."""
     output_tokens: int = 32
     """Where the emulated model emits EOS (finish_reason stop) when max_new_tokens allows it and ignore_eos is off."""
     context_length: int | None = None
@@ -129,6 +136,8 @@ _CONVERTERS: Final[dict[str, Callable[[str], Any]]] = {
     "fail": _choice(FAILS),
     "crash_after": _count,
     "fingerprint_mismatch": _choice(MISMATCH_MODES),
+    "refused_prefill_backoff": _float,
+    "vocab_size": lambda v: int(_count(v)),
     "output_tokens": _count,
     "context_length": _count,
     "kv_bytes_per_token": _count,

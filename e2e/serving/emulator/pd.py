@@ -391,7 +391,12 @@ class HandshakeError(Exception):
 
 
 class ConfigMismatch(Exception):
-    """RuntimeError raised by 0.5.23's try_ensure_parallel_info (page size, KV dtype, fingerprint)."""
+    """RuntimeError raised by 0.5.23's try_ensure_parallel_info (page size, KV dtype): kills the decode server."""
+
+
+class PrefillMismatch(ConfigMismatch):
+    """Patch 0002's PrefillMismatchError (speculative fingerprint or metadata layout): the decode queue fails the
+    requests bound to that prefill and refuses it for a back-off; the server keeps serving."""
 
 
 async def http_get_json(session: aiohttp.ClientSession, url: str, timeout: float | None) -> tuple[int, Any] | None:

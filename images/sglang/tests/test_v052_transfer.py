@@ -7,10 +7,13 @@ byte-exact aux-transfer emulation, ``DecodeTransferQueue.pop_transferred`` reads
 ``process_prebuilt_extend`` rebuilds the draft input. Only GPU work and I/O are faked: the forward passes (their
 outputs are made up here), the KV sender/receiver, the radix cache. On the unpatched wheel the EAGLE3 case crashes
 in ``set_buf`` (target's 3x aux state), the others receive the target's hidden state and the ``torch.arange`` mock.
+The nixl test replaces the aux emulation with the real ``NixlKVManager.send_aux`` (the nixl agent faked at its
+descriptor/transfer calls): unpatched, it moves region 0 only.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 from dataclasses import dataclass
@@ -321,3 +324,67 @@ def test_wrong_width_hidden_state_fails_with_clear_error():
         RuntimeError, match=r"hidden state of shape \(192,\) does not fit the \(64,\) draft hidden-state"
     ):
         prefill.disagg_metadata_buffers.set_buf(req)
+
+
+class FakeNixlAgent:
+    """The nixl agent at its lowest calls, as NixlKVManager.send_aux uses them: descriptor lists, one WRITE transfer.
+    transfer() performs the WRITE as RDMA would: each source descriptor's bytes to its destination descriptor."""
+
+    def __init__(self) -> None:
+        self.transfers: list[tuple[list, list, str]] = []
+
+    def get_xfer_descs(self, addrs: list[tuple[int, int, int]], mem_type: str) -> list[tuple[int, int, int]]:
+        assert mem_type == "DRAM", "metadata buffers are host memory"
+        return list(addrs)
+
+    def initialize_xfer(self, op: str, src_descs, dst_descs, peer_name: str, notif: bytes):
+        assert op == "WRITE" and len(src_descs) == len(dst_descs)
+        return (list(src_descs), list(dst_descs), notif.decode("ascii"))
+
+    def transfer(self, handle) -> str:
+        src_descs, dst_descs, _notif = handle
+        for (src, src_len, _), (dst, dst_len, _) in zip(src_descs, dst_descs, strict=True):
+            assert src_len == dst_len
+            ctypes.memmove(dst, src, src_len)
+        self.transfers.append(handle)
+        return "DONE"
+
+
+def nixl_send_aux(prefill, decode, prefill_req: Req, decode_req: Req) -> FakeNixlAgent:
+    """The real 0.5.2 NixlKVManager.send_aux from prefill's slot to a new decode slot (agent faked at the bottom)."""
+    from sglang.srt.disaggregation.nixl.conn import NixlKVManager
+
+    slot = decode.req_to_metadata_buffer_idx_allocator.alloc()
+    ptrs, _, item_lens = prefill.disagg_metadata_buffers.get_buf_infos()
+    agent = FakeNixlAgent()
+    mgr = SimpleNamespace(kv_args=SimpleNamespace(aux_data_ptrs=ptrs, aux_item_lens=item_lens), agent=agent)
+    dst_ptrs = decode.disagg_metadata_buffers.get_buf_infos()[0]
+    NixlKVManager.send_aux(mgr, "decode-0", prefill_req.metadata_buffer_index, dst_ptrs, slot, f"{slot}_aux")
+    decode_req.metadata_buffer_index = slot
+    return agent
+
+
+def test_nixl_send_aux_moves_every_region(gloo_group):
+    """Over nixl, every metadata region reaches decode in one transfer; 0.5.2 moved region 0 (output_ids) only, so
+    decode rebuilt its first draft step from zero rows."""
+    case = Case("EAGLE", 4)
+    prefill = build_side(case, DisaggregationMode.PREFILL)
+    decode = build_side(case, DisaggregationMode.DECODE)
+    req = make_req("r0", 7, 0)
+    spec_info = draft_state(case, 1, seed=7)
+    run_prefill(case, prefill, [req], spec_info, seed=7)
+
+    twin = decode_twin(req)
+    agent = nixl_send_aux(prefill, decode, req, twin)
+    ptrs = prefill.disagg_metadata_buffers.get_buf_infos()[0]
+    assert len(agent.transfers) == 1, "one WRITE (one notification) per request"
+    sent = len(agent.transfers[0][0])
+    assert sent == len(ptrs), f"nixl send_aux moved {sent} of {len(ptrs)} metadata regions"
+
+    _, done = receive(decode, [(twin, twin.metadata_buffer_index)], gloo_group)
+    assert done == [twin]
+    rebuilt = prebuilt_extend(case, decode, [twin])
+    topk_p, topk_index, hidden = expected_rows(spec_info, 0, case.topk)
+    assert_bit_exact(rebuilt.topk_p, topk_p, "topk_p")
+    assert_bit_exact(rebuilt.topk_index, topk_index, "topk_index")
+    assert_bit_exact(rebuilt.hidden_states, hidden, "draft hidden state")

@@ -108,6 +108,9 @@ SPECULATIVE_FIELDS: Final = (
     DRAFT_KV_CACHE_DTYPE,
 )
 """Every field a pool may override, in the models' order."""
+SHARED_ONLY_SPECULATIVE_FIELDS: Final = ("token_map", "transfer_draft_probs")
+"""SpeculativeSpec fields no pool overrides, so both pools render the one value: `token_map` (the draft's reduced
+vocabulary, which prefill's first draft token and decode's drafts must index alike)."""
 
 
 @dataclass(frozen=True)

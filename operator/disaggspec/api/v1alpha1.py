@@ -4,8 +4,8 @@ These models are the API. The CRD (OpenAPI schema, `kubectl explain` description
 generated from them by the build-time `tools.crd` (operator/tools), and the cross-field rules live in
 `disaggspec.validation`. Field names are snake_case in Python and camelCase on the wire (`populate_by_name`, so both
 parse). Spec models forbid unknown fields; the status model ignores them so an older operator can read a newer status.
-Free-form Kubernetes objects (tolerations, affinity, `valueFrom`) are plain dicts: the API server keeps them as given
-and the kubelet validates them.
+Pod-spec pieces a pool passes through (tolerations, `valueFrom`, affinity) are typed as in a Pod, so their shape is
+checked at admission with no operator running.
 
 Settings that exist once in the spec (model, sglang, engine, transfer, the shared `speculative` block) are identical
 on both pools by construction; only what a pool may override (its `speculative` block) is cross-checked by the rules.
@@ -37,6 +37,8 @@ DEFAULT_BOOTSTRAP_PORT: Final = 8998
 """SGLang's default `--disaggregation-bootstrap-port` (0.5.2 server_args.py:379, 0.5.23 fields/disagg.py:81-83)."""
 DEFAULT_ROUTER_PORT: Final = 30000
 """The router's HTTP port (sglang-router's own default)."""
+ROUTER_METRICS_PORT: Final = 29000
+"""The router's Prometheus port (sglang-router's own default); its HTTP port must differ."""
 
 # Bounds that keep CEL cost estimates finite; generous for any real manifest.
 _MAX_STR: Final = 1024
@@ -44,8 +46,13 @@ _MAX_NAME: Final = 253
 _MAX_ARG: Final = 4096
 _MAX_LIST: Final = 128
 _MAX_EXTRA_ARGS: Final = 64
+_SERVER_PATH_PATTERN: Final = r"^[^-\s]\S*$"
+"""A path or repo id rendered as a server argument's value: no whitespace, and no leading '-', which argparse would
+read as the next option."""
 
 Name = Annotated[str, Field(min_length=1, max_length=_MAX_NAME)]
+ConfigKey = Annotated[str, Field(min_length=1, max_length=_MAX_NAME, pattern=r"^[-._a-zA-Z0-9]+$")]
+"""A key of a Secret or ConfigMap (letters, digits, '-', '_', '.'), as the API server requires of the child's env."""
 Quantity = int | Annotated[str, Field(max_length=64)]
 QuantityMap = Annotated[dict[str, Quantity], Field(max_length=32)]
 FreeForm = dict[str, Any]
@@ -88,7 +95,8 @@ class SGLangSpec(SpecModel):
     image: str = Field(
         min_length=1,
         max_length=_MAX_STR,
-        description="Container image of the SGLang server (normally the project's patched image). Both pools run it.",
+        description="Container image of the SGLang server (normally the project's patched image). Both pools run it. "
+        "An image reference: [host[:port]/]lowercase/path[:tag][@sha256:<64 hex digits>], no whitespace.",
     )
     version: SGLangVersion = Field(
         description="SGLang release inside the image. Selects the flag profile the operator renders and validates "
@@ -98,7 +106,7 @@ class SGLangSpec(SpecModel):
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,
         max_length=16,
-        description="Secrets holding registry credentials for the SGLang and router images.",
+        description="Secrets holding registry credentials for the SGLang and router images (DNS subdomain names).",
     )
     topk_buffer_width: int | None = Field(
         default=None,
@@ -117,13 +125,17 @@ class SGLangSpec(SpecModel):
 class HostPathVolume(SpecModel):
     """A directory on the node."""
 
-    path: str = Field(min_length=1, max_length=_MAX_STR, description="Directory on the node holding the weights.")
+    path: str = Field(
+        min_length=1,
+        max_length=_MAX_STR,
+        description="Directory on the node holding the weights: an absolute path without '..' segments.",
+    )
 
 
 class PersistentVolumeClaimVolume(SpecModel):
     """An existing PersistentVolumeClaim in the service's namespace."""
 
-    claim_name: Name = Field(description="Name of the PersistentVolumeClaim holding the weights.")
+    claim_name: Name = Field(description="Name of the PersistentVolumeClaim holding the weights (a DNS subdomain).")
     read_only: bool = Field(default=True, description="Mount the claim read-only.")
 
 
@@ -140,15 +152,16 @@ class ModelVolume(SpecModel):
         max_length=_MAX_STR,
         pattern=r"^/",
         description="Where the volume is mounted in the SGLang containers; model.path and draftModel.path may "
-        "point below it.",
+        "point below it. An absolute path without '.', '..' or empty segments, and not /, nor under /dev (where the "
+        "operator mounts /dev/shm and the device plugins put GPUs and NICs), /proc or /sys.",
     )
 
 
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the service's namespace."""
 
-    name: Name = Field(description="Name of the Secret.")
-    key: Name = Field(default="token", description="Key inside the Secret.")
+    name: Name = Field(description="Name of the Secret (a DNS subdomain).")
+    key: ConfigKey = Field(default="token", description="Key inside the Secret: letters, digits, '-', '_' and '.'.")
 
 
 class ModelSpec(SpecModel):
@@ -157,14 +170,15 @@ class ModelSpec(SpecModel):
     path: str = Field(
         min_length=1,
         max_length=_MAX_STR,
-        description="Hugging Face repo id (for example meta-llama/Llama-3.1-8B-Instruct) or a path inside the "
-        "model volume. Rendered as --model-path on both pools.",
+        description="Hugging Face repo id (for example meta-llama/Llama-3.1-8B-Instruct) or an absolute path inside "
+        "the model volume, without whitespace or '..' segments. Rendered as --model-path on both pools.",
     )
     revision: str | None = Field(
         default=None,
         min_length=1,
         max_length=_MAX_NAME,
-        description="Branch, tag or commit of the model repo (--revision).",
+        description="Branch, tag or commit of the model repo (--revision): letters, digits, '.', '_', '-' and '/', "
+        "starting with a letter, digit or '_', without '..'.",
     )
     dtype: ModelDtype = Field(default="auto", description="Weight and activation dtype (--dtype).")
     trust_remote_code: bool = Field(default=False, description="Allow custom model code from the repo.")
@@ -172,7 +186,8 @@ class ModelSpec(SpecModel):
         default=None,
         min_length=1,
         max_length=_MAX_NAME,
-        description="Model name reported by the OpenAI API (--served-model-name).",
+        description="Model name reported by the OpenAI API (--served-model-name); no whitespace, not starting "
+        "with '-'.",
     )
     volume: ModelVolume | None = Field(default=None, description="Volume holding the weights, if not downloaded.")
     hf_token_secret_ref: SecretKeyRef | None = Field(
@@ -189,13 +204,15 @@ class DraftModel(SpecModel):
     path: str = Field(
         min_length=1,
         max_length=_MAX_STR,
-        description="Hugging Face repo id or path of the draft model (--speculative-draft-model-path).",
+        description="Hugging Face repo id or absolute path of the draft model (--speculative-draft-model-path), "
+        "in the form spec.model.path takes.",
     )
     revision: str | None = Field(
         default=None,
         min_length=1,
         max_length=_MAX_NAME,
-        description="Branch, tag or commit of the draft repo (--speculative-draft-model-revision).",
+        description="Branch, tag or commit of the draft repo (--speculative-draft-model-revision), in the form "
+        "spec.model.revision takes.",
     )
 
 
@@ -237,6 +254,24 @@ class SpeculativeSpec(SpecModel):
         description="KV cache dtype of the draft model (--speculative-draft-kv-cache-dtype); unset follows "
         "engine.kvCacheDtype. SGLang 0.5.23 only.",
     )
+    token_map: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_STR,
+        pattern=_SERVER_PATH_PATTERN,
+        description="The draft model's reduced vocabulary (--speculative-token-map): a file path, or a Hugging Face "
+        "repo id followed by the file, as FR-Spec publishes them. Rendered identically on both pools (no pool "
+        "override: prefill's first draft token and decode's drafts must index the same vocabulary).",
+    )
+    transfer_draft_probs: bool = Field(
+        default=False,
+        description="With rejectionSampling, carry the draft proposal q of prefill's first draft step to decode's "
+        "first verify (SGLANG_DISAGG_TRANSFER_DRAFT_PROBS=1 on both pools; patch 0003 of the project's SGLang "
+        "0.5.23 image). Off, the first verify uses the one-hot proposal, which is exact; on, it can accept more of "
+        "the first draft. Costs states x vocab x 4 B + 64 B of transfer-registered host memory per metadata slot on "
+        "each side, per scheduler rank (states is 1, or numSteps with multiLayer): about 511 MiB per 1024 slots for "
+        "a Llama-3 vocabulary, 1.5 GiB for DeepSeek-V3 with multiLayer. Needs rejectionSampling on both pools.",
+    )
 
 
 class PoolSpeculativeSpec(SpecModel):
@@ -265,7 +300,8 @@ class RdmaSpec(SpecModel):
     resources: QuantityMap = Field(
         default_factory=dict,
         description="Extended resources each pool pod requests for its NICs, for example "
-        "{rdma/hca_shared_devices_a: 1}. Added to requests and limits.",
+        "{rdma/hca_shared_devices_a: 1}: domain-prefixed names (not kubernetes.io, not nvidia.com/gpu) with positive "
+        "whole-number quantities. Added to requests and limits.",
     )
     networks: list[
         Annotated[
@@ -277,24 +313,32 @@ class RdmaSpec(SpecModel):
         max_length=16,
         description="Multus NetworkAttachmentDefinitions attached to pool pods, as namespace/name or name.",
     )
-    ib_devices: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]] = Field(
-        default_factory=list,
-        max_length=MAX_GPUS_PER_POD,
-        description="InfiniBand devices every GPU of a pod may use (--disaggregation-ib-device as a comma list). "
-        "Use either this or ibDevicesPerGpu.",
+    ib_devices: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]] = (
+        Field(
+            default_factory=list,
+            max_length=MAX_GPUS_PER_POD,
+            description="InfiniBand devices every GPU of a pod may use (--disaggregation-ib-device as a comma list). "
+            "Use either this or ibDevicesPerGpu.",
+        )
     )
     ib_devices_per_gpu: Annotated[
         dict[
             str,
             Annotated[
-                str, Field(min_length=1, max_length=_MAX_NAME, pattern=r"^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+                str,
+                Field(
+                    min_length=1,
+                    max_length=_MAX_NAME,
+                    pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*(,[A-Za-z0-9][A-Za-z0-9_.:-]*)*$",
+                ),
             ],
         ],
         Field(max_length=MAX_GPUS_PER_POD),
     ] = Field(
         default_factory=dict,
         description="InfiniBand devices per GPU index (process-visible), for example {'0': mlx5_0, '1': mlx5_0, "
-        "'2': mlx5_1}; a value may be a comma list. Must name every GPU of both pools. SGLang 0.5.23 only.",
+        "'2': mlx5_1}; a value may be a comma list. Keys are decimal GPU indexes without sign or leading zeros. Must "
+        "name every GPU of both pools. SGLang 0.5.23 only.",
     )
     gid_index: int | None = Field(
         default=None, ge=0, le=255, description="RoCE GID index (exported as MC_GID_INDEX and NCCL_IB_GID_INDEX)."
@@ -354,6 +398,41 @@ class EngineSpec(SpecModel):
         description="Send the sampling mask with the first token (SGLANG_ENABLE_DISAGG_SAMPLING_MASK). "
         "SGLang 0.5.23 only.",
     )
+    context_length: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 30,
+        description="Longest context a request may have (--context-length); unset uses the model's config.",
+    )
+    quantization: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9_-]+$",
+        description="Weight quantization method (--quantization), one that spec.sglang.version accepts; unset "
+        "follows the checkpoint.",
+    )
+    tokenizer_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_STR,
+        pattern=_SERVER_PATH_PATTERN,
+        description="Tokenizer repo id or path (--tokenizer-path); unset uses the model's.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_STR,
+        pattern=_SERVER_PATH_PATTERN,
+        description="Built-in chat template name or template file path (--chat-template); unset uses the tokenizer's.",
+    )
+    extra_args: list[Annotated[str, Field(max_length=_MAX_STR)]] = Field(
+        default_factory=list,
+        max_length=_MAX_EXTRA_ARGS,
+        description="Extra SGLang server arguments rendered identically on both pools, after the typed flags and "
+        "before each pool's own extraArgs: the place for options that change what a pool computes and have no "
+        "typed field (--load-format, --json-model-override-args, --tokenizer-mode, ...). Checked against the "
+        "release's parser; options the operator renders or forbids are rejected (docs/extra-args.md).",
+    )
 
 
 # ---- pools -------------------------------------------------------------------------------------------------------
@@ -365,9 +444,63 @@ class ResourceRequirements(SpecModel):
     limits: QuantityMap = Field(
         default_factory=dict,
         description="Maximum resources, for example {nvidia.com/gpu: 8, memory: 200Gi}. nvidia.com/gpu defaults to "
-        "tensorParallelSize.",
+        "tensorParallelSize. Keys are cpu, memory, ephemeral-storage, hugepages-<size> or a domain-prefixed extended "
+        "resource; values are non-negative quantities, whole numbers for extended resources.",
     )
-    requests: QuantityMap = Field(default_factory=dict, description="Minimum resources the scheduler reserves.")
+    requests: QuantityMap = Field(
+        default_factory=dict,
+        description="Minimum resources the scheduler reserves, at most the limit. An extended resource or hugepages "
+        "requested must be limited to the same quantity; hugepages need a cpu or memory request or limit.",
+    )
+
+
+class KeySelector(SpecModel):
+    """One key of a Secret or ConfigMap in the service's namespace."""
+
+    name: Name = Field(description="Name of the Secret or ConfigMap (a DNS subdomain).")
+    key: ConfigKey = Field(description="The key: letters, digits, '-', '_' and '.'.")
+    optional: bool | None = Field(default=None, description="Start the container even if the key is missing.")
+
+
+class ObjectFieldSelector(SpecModel):
+    """A field of the pool pod, as the Downward API exposes it to environment variables."""
+
+    api_version: Literal["v1"] | None = Field(default=None, description="Version of the field path's schema (v1).")
+    field_path: str = Field(
+        max_length=_MAX_NAME,
+        pattern=r"^(metadata\.(name|namespace|uid)|metadata\.(labels|annotations)\['[^']+'\]"
+        r"|spec\.(nodeName|serviceAccountName)|status\.(hostIP|hostIPs|podIP|podIPs))$",
+        description="metadata.name, metadata.namespace, metadata.uid, metadata.labels['<key>'], "
+        "metadata.annotations['<key>'], spec.nodeName, spec.serviceAccountName, status.hostIP(s) or status.podIP(s).",
+    )
+
+
+class ResourceFieldSelector(SpecModel):
+    """A resource limit or request of the SGLang container."""
+
+    container_name: str | None = Field(
+        default=None, max_length=63, description="Container whose resource is read; the SGLang container when unset."
+    )
+    resource: Literal[
+        "limits.cpu",
+        "limits.memory",
+        "limits.ephemeral-storage",
+        "requests.cpu",
+        "requests.memory",
+        "requests.ephemeral-storage",
+    ] = Field(description="The resource: limits. or requests. followed by cpu, memory or ephemeral-storage.")
+    divisor: Quantity | None = Field(default=None, description="Unit the value is expressed in (default 1).")
+
+
+class EnvVarSource(SpecModel):
+    """Where an environment variable's value comes from: exactly one source, as in a Pod."""
+
+    secret_key_ref: KeySelector | None = Field(default=None, description="A key of a Secret.")
+    config_map_key_ref: KeySelector | None = Field(default=None, description="A key of a ConfigMap.")
+    field_ref: ObjectFieldSelector | None = Field(default=None, description="A field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = Field(
+        default=None, description="A resource limit or request of the container."
+    )
 
 
 class EnvVar(SpecModel):
@@ -376,15 +509,156 @@ class EnvVar(SpecModel):
     name: str = Field(
         min_length=1,
         max_length=_MAX_NAME,
-        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
-        description="Variable name. Names the operator sets from typed fields (SGLANG_ENABLE_DISAGG_SAMPLING_MASK, "
-        "MC_GID_INDEX, NCCL_IB_GID_INDEX, and HF_TOKEN with model.hfTokenSecretRef) are rejected.",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Variable name: a C identifier (letters, digits and '_', not starting with a digit), the names "
+        "shells and SGLang can read. Rejected: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (the device plugin "
+        "sets them), names the operator sets from typed fields (SGLANG_ENABLE_DISAGG_SAMPLING_MASK, MC_GID_INDEX, "
+        "NCCL_IB_GID_INDEX, and HF_TOKEN with model.hfTokenSecretRef), and with spec.transfer.rdma set the MC_*, "
+        "UCX_* and NCCL_IB_* families the transfer engines read.",
     )
     value: str | None = Field(default=None, max_length=_MAX_ARG, description="Literal value.")
-    value_from: FreeForm | None = Field(
+    value_from: EnvVarSource | None = Field(
         default=None,
-        description="Source of the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef), as in a Pod.",
+        description="Source of the value: exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef.",
     )
+
+
+class Toleration(SpecModel):
+    """A taint a pool pod tolerates, as in a Pod spec."""
+
+    key: str | None = Field(
+        default=None,
+        max_length=317,
+        description="Taint key (a label key); unset or empty matches every key and then needs operator Exists.",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists (any value; no value given) or Equal (the default)."
+    )
+    value: str | None = Field(default=None, max_length=63, description="Taint value for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; unset matches every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="With effect NoExecute only: how long the pod stays bound once tainted."
+    )
+
+
+_MAX_TERMS: Final = 8
+"""Bound on affinity terms and requirement lists: ample for a pool, and keeps the CRD's CEL cost estimate finite."""
+LabelKey = Annotated[str, Field(min_length=1, max_length=317)]
+LabelValue = Annotated[str, Field(max_length=63)]
+
+
+class NodeSelectorRequirement(SpecModel):
+    """One node label (or field) test of a node selector term."""
+
+    key: LabelKey = Field(description="Node label key (matchFields: the field name, metadata.name).")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
+        description="In and NotIn need values; Exists and DoesNotExist take none; Gt and Lt take one integer."
+    )
+    values: list[LabelValue] = Field(default_factory=list, max_length=64, description="Values the operator tests.")
+
+
+class NodeSelectorTerm(SpecModel):
+    """Requirements a node must all meet (the terms of a selector are ORed)."""
+
+    match_expressions: list[NodeSelectorRequirement] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Requirements on node labels."
+    )
+    match_fields: list[NodeSelectorRequirement] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Requirements on node fields."
+    )
+
+
+class NodeSelector(SpecModel):
+    """A required node selector: at least one term."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(
+        min_length=1, max_length=_MAX_TERMS, description="Terms, ORed; at least one."
+    )
+
+
+class PreferredSchedulingTerm(SpecModel):
+    """A weighted preferred node term."""
+
+    weight: int = Field(ge=1, le=100, description="Weight of the term, 1-100.")
+    preference: NodeSelectorTerm = Field(description="The node term.")
+
+
+class NodeAffinity(SpecModel):
+    """Node affinity, as in a Pod spec."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = Field(
+        default=None, description="Nodes a pool pod may run on."
+    )
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Nodes a pool pod prefers."
+    )
+
+
+class LabelSelectorRequirement(SpecModel):
+    """One pod label test of a label selector."""
+
+    key: LabelKey = Field(description="Pod label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In and NotIn need values; Exists and DoesNotExist take none."
+    )
+    values: list[LabelValue] = Field(default_factory=list, max_length=64, description="Values the operator tests.")
+
+
+class LabelSelector(SpecModel):
+    """A pod label selector."""
+
+    match_labels: Annotated[dict[str, LabelValue], Field(max_length=32)] = Field(
+        default_factory=dict, description="Labels a pod must have."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Label requirements, ANDed."
+    )
+
+
+class PodAffinityTerm(SpecModel):
+    """Pods (by label, in some namespaces) a pool pod is placed with or away from, per topology domain."""
+
+    label_selector: LabelSelector | None = Field(default=None, description="The pods.")
+    namespace_selector: LabelSelector | None = Field(default=None, description="Namespaces of the pods, by label.")
+    namespaces: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list, max_length=32, description="Namespaces of the pods; the pool's own when unset."
+    )
+    topology_key: LabelKey = Field(description="Node label whose value defines the domain (required).")
+    match_label_keys: list[LabelKey] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Pod label keys whose values are matched too."
+    )
+    mismatch_label_keys: list[LabelKey] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Pod label keys whose values must differ."
+    )
+
+
+class WeightedPodAffinityTerm(SpecModel):
+    """A weighted preferred pod term."""
+
+    weight: int = Field(ge=1, le=100, description="Weight of the term, 1-100.")
+    pod_affinity_term: PodAffinityTerm = Field(description="The pod term.")
+
+
+class PodAffinity(SpecModel):
+    """Pod affinity or anti-affinity, as in a Pod spec."""
+
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Terms a pool pod must meet."
+    )
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = Field(
+        default_factory=list, max_length=_MAX_TERMS, description="Terms a pool pod prefers."
+    )
+
+
+class Affinity(SpecModel):
+    """Scheduling affinity of pool pods, typed as in a Pod spec (unknown fields refused) so its shape is checked at
+    admission; what needs the scheduler's view is left to the API server's validation of the rendered pool."""
+
+    node_affinity: NodeAffinity | None = Field(default=None, description="Node affinity, as in a Pod spec.")
+    pod_affinity: PodAffinity | None = Field(default=None, description="Pod affinity, as in a Pod spec.")
+    pod_anti_affinity: PodAffinity | None = Field(default=None, description="Pod anti-affinity, as in a Pod spec.")
 
 
 class PoolSpec(SpecModel):
@@ -397,27 +671,33 @@ class PoolSpec(SpecModel):
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="Resources of the SGLang container."
     )
-    node_selector: Annotated[dict[str, Annotated[str, Field(max_length=_MAX_NAME)]], Field(max_length=32)] = Field(
-        default_factory=dict, description="Node labels a pool pod requires."
+    node_selector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
+        default_factory=dict, description="Node labels a pool pod requires: label keys and label values."
     )
-    tolerations: list[FreeForm] = Field(
+    tolerations: list[Toleration] = Field(
         default_factory=list, max_length=_MAX_LIST, description="Tolerations of pool pods, as in a Pod spec."
     )
-    affinity: FreeForm | None = Field(default=None, description="Affinity of pool pods, as in a Pod spec.")
+    affinity: Affinity | None = Field(
+        default=None, description="Affinity of pool pods: nodeAffinity, podAffinity and podAntiAffinity, as in a Pod."
+    )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=_MAX_LIST, description="Extra environment of the SGLang container."
     )
     extra_args: list[Annotated[str, Field(max_length=_MAX_STR)]] = Field(
         default_factory=list,
         max_length=_MAX_EXTRA_ARGS,
-        description="Extra SGLang server arguments. Flags the operator renders from typed fields (--speculative-*, "
-        "--disaggregation-*, --model-path, --tp-size, --host, --port, ...) are rejected.",
+        description="Extra SGLang server arguments of this pool only, checked against the release's parser: only "
+        "options safe to differ between the pools (scheduling, memory, CUDA graphs, logging, ...). Options the "
+        "operator renders, forbids, or that must match across the pools (those go in spec.engine.extraArgs) are "
+        "rejected (docs/extra-args.md).",
     )
     pod_labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
-        default_factory=dict, description="Extra labels on pool pods."
+        default_factory=dict,
+        description="Extra labels on pool pods: keys are qualified names ([DNS subdomain/]name, the name at most 63 "
+        "characters of letters, digits, '-', '_' and '.', alphanumeric at both ends), values label values.",
     )
     pod_annotations: Annotated[dict[str, Annotated[str, Field(max_length=_MAX_ARG)]], Field(max_length=32)] = Field(
-        default_factory=dict, description="Extra annotations on pool pods."
+        default_factory=dict, description="Extra annotations on pool pods; keys are qualified names as for podLabels."
     )
     speculative: PoolSpeculativeSpec | None = Field(
         default=None,
@@ -439,7 +719,8 @@ class RouterSpec(SpecModel):
         description=(
             "Router image; defaults to the operator's routerImage setting, else the project's router image for "
             "spec.sglang.version (disaggspec/router:sglang-router-0.1.9 for 0.5.2, disaggspec/router:smg-1.13.0 "
-            "for 0.5.23), which carries exactly the pinned router package and the readiness helper."
+            "for 0.5.23), which carries exactly the pinned router package and the readiness helper. An image "
+            "reference like spec.sglang.image."
         ),
     )
     policy: RouterPolicy | None = Field(
@@ -450,7 +731,10 @@ class RouterSpec(SpecModel):
         ),
     )
     port: int = Field(
-        default=DEFAULT_ROUTER_PORT, ge=1, le=65535, description="HTTP port of the router and its Service."
+        default=DEFAULT_ROUTER_PORT,
+        ge=1,
+        le=65535,
+        description=f"HTTP port of the router and its Service; not {ROUTER_METRICS_PORT}, the router's metrics port.",
     )
     service_type: ServiceType = Field(default="ClusterIP", description="Type of the router's Service.")
     resources: ResourceRequirements = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any
+from typing import Any, Final
 
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, effective_speculative
@@ -20,18 +20,30 @@ def child_name(service: DisaggSpecService, component: str) -> str:
     return f"{service.metadata.name}-{component}"
 
 
+LATER_ENGINE_FIELDS: Final = frozenset(
+    {"context_length", "quantization", "tokenizer_path", "chat_template", "extra_args"}
+)
+"""Engine fields added after the fingerprint's first release: hashed only when set, so an operator upgrade does not
+change the fingerprint (and roll the pods) of a service that does not use them."""
+
+
 def fingerprint(service: DisaggSpecService) -> str:
     """16 hex characters of SHA-256 over the must-match settings; changes exactly when one of them changes."""
     spec = service.spec
-    must_match = {
+    unset_later = {name for name in LATER_ENGINE_FIELDS if name not in spec.engine.model_dump(exclude_defaults=True)}
+    must_match: dict[str, Any] = {
         "sglang": {"version": spec.sglang.version, "image": spec.sglang.image, "topk": spec.sglang.topk_buffer_width},
         "model": spec.model.model_dump(mode="json", include={"path", "revision", "dtype", "trust_remote_code"}),
-        "engine": spec.engine.model_dump(mode="json"),
+        "engine": spec.engine.model_dump(mode="json", exclude=unset_later),
         "transfer": spec.transfer.model_dump(mode="json", include={"backend", "bootstrap_port"}),
         "speculative": {
             role: dataclasses.asdict(effective_speculative(spec, role)) for role in (c.ROLE_PREFILL, c.ROLE_DECODE)
         },
     }
+    if spec.speculative.token_map is not None:  # added later too: hashed only when set
+        must_match["tokenMap"] = spec.speculative.token_map
+    if spec.speculative.transfer_draft_probs:  # likewise: the aux layout gains the q rows only when on
+        must_match["transferDraftProbs"] = True
     canonical = json.dumps(must_match, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

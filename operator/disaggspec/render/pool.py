@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import GPU_RESOURCE
 from disaggspec.render import names, rdma
 from disaggspec.sglang.args import SERVER_PORT, server_args
-from disaggspec.sglang.profiles import profile_for
+from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, profile_for
 
 CONTAINER = "sglang"
 SHM_SIZE = "32Gi"
@@ -38,6 +40,8 @@ def _env(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
     mask = spec.engine.disagg_sampling_mask
     if mask is not None and profile_for(spec.sglang.version).has_disagg_sampling_mask:
         out.append({"name": "SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "value": "1" if mask else "0"})
+    if spec.speculative.transfer_draft_probs:
+        out.append({"name": TRANSFER_DRAFT_PROBS_ENV, "value": "1"})
     out += rdma.env(spec.transfer)
     out += [var.model_dump(mode="json", by_alias=True, exclude_none=True) for var in pool(spec, role).env]
     return out
@@ -61,6 +65,11 @@ def _volumes(service: DisaggSpecService) -> tuple[list[dict[str, Any]], list[dic
             return volumes, mounts
         mounts.append({"name": "model", "mountPath": volume.mount_path, "readOnly": read_only})
     return volumes, mounts
+
+
+def _as_given(model: BaseModel) -> dict[str, Any]:
+    """A typed pass-through block (toleration, affinity) as the user wrote it: only the fields given, camelCase."""
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
 
 
 def _probe(period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
@@ -120,9 +129,10 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
     if pool_spec.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(pool_spec.node_selector.items()))
     if pool_spec.tolerations:
-        pod_spec["tolerations"] = list(pool_spec.tolerations)
-    if pool_spec.affinity:
-        pod_spec["affinity"] = pool_spec.affinity
+        pod_spec["tolerations"] = [_as_given(t) for t in pool_spec.tolerations]
+    affinity = _as_given(pool_spec.affinity) if pool_spec.affinity else {}
+    if affinity:
+        pod_spec["affinity"] = affinity
     pod_spec.update(names.pull_secrets(service))
     template_metadata: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:

@@ -10,6 +10,7 @@ from typing import Any
 
 from disaggspec import constants as c
 from disaggspec.api.v1alpha1 import RdmaSpec, TransferSpec
+from disaggspec.sglang.args import gpu_key_order
 
 # UCX (used by the nixl backend) names a device together with its port.
 UCX_DEFAULT_PORT = 1
@@ -18,7 +19,7 @@ UCX_DEFAULT_PORT = 1
 def devices(rdma: RdmaSpec) -> list[str]:
     """Every InfiniBand device a pod may use, in first-seen order (from the list or the per-GPU map)."""
     if rdma.ib_devices_per_gpu:
-        ordered = sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: int(item[0]))
+        ordered = sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: gpu_key_order(item[0]))
         found = [device for _, group in ordered for device in group.split(",")]
     else:
         found = list(rdma.ib_devices)

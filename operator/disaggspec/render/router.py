@@ -15,14 +15,15 @@ from typing import Any
 
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService
+from disaggspec.api.v1alpha1 import ROUTER_METRICS_PORT
 from disaggspec.config import OperatorConfig
 from disaggspec.render import names
 from disaggspec.sglang.args import SERVER_PORT
 from disaggspec.sglang.profiles import ROUTER_READY_HELPER, RouterProfile, profile_for
 
 CONTAINER = "router"
-METRICS_PORT = 29000
-"""sglang-router's Prometheus port (its own default)."""
+METRICS_PORT = ROUTER_METRICS_PORT
+"""sglang-router's Prometheus port (its own default; spec.router.port may not take it)."""
 
 
 def _selector_args(service: DisaggSpecService, role: str, fingerprint: str) -> list[str]:

@@ -1,10 +1,11 @@
 """Builds each pool's SGLang server command line from the typed spec; pure.
 
 The command is `python3 -m sglang.launch_server` followed by flags in a fixed order: model, parallelism, network,
-disaggregation (mode, bootstrap port, transfer backend, ib devices), engine, speculative, then the user's
-`extraArgs` last. Only flags the pinned release's parser knows are emitted (the profile says which exist), so a
-rendered command never fails on an unknown option; the conformance test parses every rendered command with the real
-parser of each release.
+disaggregation (mode, bootstrap port, transfer backend, ib devices), engine, speculative, then the user's shared
+`spec.engine.extraArgs` and the pool's own `extraArgs` last. Only typed flags the pinned release's parser knows are
+emitted (the profile says which exist), and the rules check both extraArgs lists against that parser, so a rendered
+command never fails on an unknown option; the conformance test parses every rendered command with the real parser of
+each release.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Final
 
 from disaggspec.api import DisaggSpecService, PoolName, effective_speculative, pool
 from disaggspec.api.effective import EffectiveSpeculative
-from disaggspec.api.v1alpha1 import RdmaSpec
+from disaggspec.api.v1alpha1 import EngineSpec, RdmaSpec
 from disaggspec.sglang.profiles import SGLangProfile, profile_for
 
 SERVER_PORT: Final = 30000
@@ -22,12 +23,21 @@ SERVER_PORT: Final = 30000
 LAUNCH: Final = ("python3", "-m", "sglang.launch_server")
 
 
+def gpu_key_order(key: str) -> tuple[int, int, str]:
+    """Sort key of an ibDevicesPerGpu key: canonical decimal indexes by value, anything else after them by text.
+    Validation refuses non-canonical keys; rendering must still not raise on one (int('gpu0') would), since a
+    service is rendered to report on it even when it is refused."""
+    if key.isascii() and key.isdigit():
+        return (0, int(key), key)
+    return (1, 0, key)
+
+
 def ib_device_arg(rdma: RdmaSpec | None) -> str | None:
     """`--disaggregation-ib-device`: a comma list, or a per-GPU JSON map with sorted GPU keys."""
     if rdma is None:
         return None
     if rdma.ib_devices_per_gpu:
-        ordered = dict(sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: int(item[0])))
+        ordered = dict(sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: gpu_key_order(item[0])))
         return json.dumps(ordered, separators=(",", ":"))
     if rdma.ib_devices:
         return ",".join(rdma.ib_devices)
@@ -85,6 +95,34 @@ def server_args(service: DisaggSpecService, role: PoolName) -> list[str]:
         args += ["--disaggregation-decode-allocation-policy", engine.decode_allocation_policy]
     if engine.kv_checksum and profile.has_kv_checksum:
         args.append("--disaggregation-enable-kv-checksum")
+    args += _known(profile, engine_typed_args(engine))
 
     args += speculative_args(effective_speculative(spec, role), profile)
-    return args + list(pool_spec.extra_args)
+    if spec.speculative.token_map is not None:
+        args += _known(profile, ["--speculative-token-map", spec.speculative.token_map])
+    # Shared extra arguments before the pool's own: argparse keeps the last value, so a pool's per-pool-safe option
+    # overrides the shared one (the rules keep options that must match out of a pool's list).
+    return args + list(engine.extra_args) + list(pool_spec.extra_args)
+
+
+def engine_typed_args(engine: EngineSpec) -> list[str]:
+    """The must-match engine options that have typed fields, each `[flag, value]`, in a fixed order."""
+    args: list[str] = []
+    if engine.context_length is not None:
+        args += ["--context-length", str(engine.context_length)]
+    if engine.quantization is not None:
+        args += ["--quantization", engine.quantization]
+    if engine.tokenizer_path is not None:
+        args += ["--tokenizer-path", engine.tokenizer_path]
+    if engine.chat_template is not None:
+        args += ["--chat-template", engine.chat_template]
+    return args
+
+
+def _known(profile: SGLangProfile, pairs: list[str]) -> list[str]:
+    """`pairs` (flag, value, flag, value, ...) without the flags the release does not register."""
+    kept: list[str] = []
+    for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
+        if profile.knows_flag(flag):
+            kept += [flag, value]
+    return kept

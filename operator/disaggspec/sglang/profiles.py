@@ -10,14 +10,21 @@ SGLang.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from disaggspec.sglang import _flags_0_5_2, _flags_0_5_23
+from disaggspec.sglang.options import Option
 
 SGLangVersion = Literal["0.5.2", "0.5.23"]
 
 ROUTER_READY_HELPER: Final = "/usr/local/bin/disaggspec-router-ready"
+TRANSFER_DRAFT_PROBS_ENV: Final = "SGLANG_DISAGG_TRANSFER_DRAFT_PROBS"
+"""Patch 0003 of the project's 0.5.23 image: an EnvBool (default off) that carries the draft proposal q to decode."""
+RUST_SERVER_ENV: Final = "SGLANG_RUST_SERVER"
+"""0.5.23's switch to the Rust bootstrap registry, whose /route answer drops the speculative fingerprint (patch 0002):
+a speculative decode then refuses every prefill, so the operator never lets a pool enable it."""
 """Path of the readiness helper inside the project's router image (images/router/router_ready.py)."""
 
 
@@ -125,12 +132,20 @@ class SGLangProfile:
     when the rows are sized from topk, so there is no fixed limit."""
     flags: frozenset[str]
     """Every option string the server-args parser registers."""
+    aliases: Mapping[str, str]
+    """Each option string of an action with several -> its canonical option (`_flags_*.ALIASES`)."""
+    options: Mapping[str, Option]
+    """Each canonical option -> its dest, nargs, value type and choices (`_flags_*.OPTIONS`)."""
     router: RouterProfile
     """The PD router this release is served with."""
 
     def knows_flag(self, flag: str) -> bool:
         """Whether `flag` (`--name` or `--name=value`) is an option of this release's server."""
         return flag.split("=", 1)[0] in self.flags
+
+    def option(self, flag: str) -> Option | None:
+        """The table row of `flag` (any of its spellings), or None when the release does not know it."""
+        return self.options.get(self.aliases.get(flag, flag))
 
 
 PROFILE_0_5_2: Final = SGLangProfile(
@@ -161,6 +176,8 @@ PROFILE_0_5_2: Final = SGLangProfile(
     # (images/sglang/patches/0.5.2/0002-scheduler-size-hidden-row-from-draft.patch), so no fixed width applies.
     topk_buffer_width=None,
     flags=_flags_0_5_2.FLAGS,
+    aliases=_flags_0_5_2.ALIASES,
+    options=_flags_0_5_2.OPTIONS,
     router=ROUTER_0_1_9,
 )
 
@@ -195,6 +212,8 @@ PROFILE_0_5_23: Final = SGLangProfile(
     per_gpu_ib_device_map=True,
     topk_buffer_width=TOPK_BUFFER_WIDTH,
     flags=_flags_0_5_23.FLAGS,
+    aliases=_flags_0_5_23.ALIASES,
+    options=_flags_0_5_23.OPTIONS,
     router=ROUTER_SMG_1_13_0,
 )
 

@@ -13,10 +13,13 @@ the algorithm enum of the API (EAGLE, EAGLE3, NEXTN) is accepted by every suppor
 asserts against the profiles instead of a rule that could never fire. Citations are `file:line` inside the released
 wheels (`pip download --no-deps sglang==<version>`).
 
-The rules live by family, each with its Python check, CEL and message side by side: `pools` (the resource name,
-GPUs, extraArgs and env), `speculative` (prefill and decode agree; each pool's settings), `versions` (what depends on
-spec.sglang.version), `engine`, `transfer`, `model` and `transitions` (update-only rules). `_core` holds the row types
-and the shared rule shapes, `_cel` the CEL building blocks. This module assembles the table in its order.
+The rules live by family, each with its Python check, CEL and message side by side: `pools` (the resource name, GPUs and
+env), `extra_args` (both extraArgs lists against the release's parser and the option classes), `content` (image
+references, model strings, object names and paths), `resources` (container resource names and quantities), `pod_shape`
+(labels, annotations, node selector, tolerations), `speculative` (prefill and decode agree; each pool's settings),
+`versions` (what depends on spec.sglang.version), `engine`, `transfer`, `model` and `transitions` (update-only rules).
+`_core` holds the row types and the shared rule shapes, `_cel` the CEL building blocks. This module assembles the table
+in its order.
 """
 
 from __future__ import annotations
@@ -24,17 +27,23 @@ from __future__ import annotations
 from typing import Final
 
 from disaggspec.api.v1alpha1 import DisaggSpecService
-from disaggspec.validation import engine, model, pools, speculative, transfer, transitions, versions
-from disaggspec.validation._core import Cel, Check, Rule, TransitionCheck, TransitionRule, Violation
-from disaggspec.validation.model import HF_TOKEN_ENV
-from disaggspec.validation.pools import (
-    MAX_NAME_LENGTH,
-    OWNED_ENV,
-    OWNED_FLAG_PREFIXES,
-    OWNED_FLAGS,
-    is_owned_flag,
-    pool_gpus,
+from disaggspec.validation import (
+    content,
+    engine,
+    extra_args,
+    model,
+    pod_shape,
+    pools,
+    resources,
+    speculative,
+    transfer,
+    transitions,
+    versions,
 )
+from disaggspec.validation._core import Cel, Check, Finding, Rule, TransitionCheck, TransitionRule, Violation
+from disaggspec.validation.extra_args import OWNED_FLAGS, is_owned_flag
+from disaggspec.validation.model import HF_TOKEN_ENV
+from disaggspec.validation.pools import MAX_NAME_LENGTH, OWNED_ENV, pool_gpus
 
 RULES: Final[tuple[Rule, ...]] = (
     pools.NAME_LENGTH,
@@ -53,6 +62,7 @@ RULES: Final[tuple[Rule, ...]] = (
     speculative.NUM_DRAFT_TOKENS_CHAIN,
     speculative.NUM_DRAFT_TOKENS_REQUIRED,
     speculative.REJECTION_SAMPLING_TOPK,
+    speculative.TRANSFER_DRAFT_PROBS_REJECTION,
     versions.REJECTION_SAMPLING_VERSION,
     versions.MULTI_LAYER_VERSION,
     versions.DRAFT_KV_DTYPE_VERSION,
@@ -67,13 +77,22 @@ RULES: Final[tuple[Rule, ...]] = (
     transfer.BOOTSTRAP_PORT_FREE,
     pools.GPU_COUNT_WHOLE,
     pools.GPUS_COVER_TP,
-    pools.EXTRA_ARGS_OWNED,
-    pools.EXTRA_ARGS_KNOWN,
+    *extra_args.RULES,
     pools.ENV_OWNED,
+    pools.ENV_RDMA_OWNED,
     model.HF_TOKEN_IN_ENV,
     pools.ENV_VALUE_EXCLUSIVE,
+    pools.ENV_ONE_SOURCE,
     model.VOLUME_ONE_SOURCE,
     model.LOCAL_PATH_VOLUME,
+    # content and shape (issue 15 B)
+    *content.RULES,
+    transfer.RDMA_RESOURCES,
+    transfer.IB_MAP_KEYS,
+    transfer.TP_DIVISIBLE,
+    transfer.ROUTER_PORT_FREE,
+    *resources.RULES,
+    *pod_shape.RULES,
 )
 """Every rule over one object, in the order violations are reported (and the README table lists them)."""
 
@@ -88,9 +107,15 @@ ALL_RULES: Final[tuple[Rule | TransitionRule, ...]] = (*RULES, *TRANSITION_RULES
 RULES_BY_ID: Final[dict[str, Rule | TransitionRule]] = {rule.id: rule for rule in ALL_RULES}
 
 
+def _violation(rule: Rule, found: str | Finding) -> Violation:
+    if isinstance(found, Finding):
+        return Violation(rule.id, found.field, rule.message, found.detail)
+    return Violation(rule.id, found, rule.message)
+
+
 def validate(service: DisaggSpecService) -> list[Violation]:
     """Every violation of the rule table, in table order (empty when the service is consistent)."""
-    return [Violation(rule.id, path, rule.message) for rule in RULES for path in rule.check(service)]
+    return [_violation(rule, found) for rule in RULES for found in rule.check(service)]
 
 
 def validate_update(old: DisaggSpecService, new: DisaggSpecService) -> list[Violation]:
@@ -105,7 +130,6 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "OWNED_ENV",
     "OWNED_FLAGS",
-    "OWNED_FLAG_PREFIXES",
     "RULES",
     "RULES_BY_ID",
     "TRANSITION_RULES",

@@ -76,3 +76,8 @@ def spec_ref(path: str) -> str:
     if not path.startswith("spec."):
         raise ValueError(f"{path} is not under spec")
     return "self." + path.removeprefix("spec.")
+
+
+def spec_field(path: str) -> str:
+    """The fieldPath, relative to the spec node, of a field path under `spec.`."""
+    return spec_ref(path).removeprefix("self")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel
 
 from disaggspec.api.effective import POOL_NAMES, EffectiveSpeculative, PoolName, effective_speculative_pair, pool
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, PoolSpec
 from disaggspec.sglang.profiles import SGLangProfile, profile_for
-from disaggspec.validation._cel import both
 
 
 @dataclass(frozen=True)
@@ -22,19 +21,37 @@ class Violation:
     rule: str
     field: str
     message: str
+    detail: str | None = None
+    """What exactly is wrong at `field` (say, which option and why), for rules whose static message covers many
+    cases; None for most rules."""
+
+
+class Finding(NamedTuple):
+    """What a check yields instead of a bare field path when it has a per-violation detail."""
+
+    field: str
+    detail: str
 
 
 @dataclass(frozen=True)
 class Cel:
-    """A rule's CEL form: the expression, the schema node it sits on, and an optional fieldPath relative to it."""
+    """A rule's CEL form: the expression, the schema node it sits on, and the fieldPath (relative to the node) the API
+    server reports a violation at. A rule that checks its node as a whole (which source of a volume is set, say) has
+    no field below it to name: it leaves `field_path` unset and says why in `on_node`, so the report names the node
+    itself (`spec.model.volume`, `spec.prefill.env[2].valueFrom`)."""
 
     node: type[BaseModel] | Literal["root"]
     expression: str
     field_path: str | None = None
+    on_node: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.field_path is None) == (self.on_node is None):
+            raise ValueError(f"give a CEL rule either a field_path or why it reports its node: {self.expression}")
 
 
-Check = Callable[[DisaggSpecService], Iterable[str]]
-"""Yields the field path of every place the rule is violated (nothing when it holds)."""
+Check = Callable[[DisaggSpecService], Iterable[str | Finding]]
+"""Yields the field path of every place the rule is violated (nothing when it holds), or a Finding with a detail."""
 TransitionCheck = Callable[[DisaggSpecService, DisaggSpecService], Iterable[str]]
 
 
@@ -52,7 +69,13 @@ class Rule(_Row):
     """One row of the table."""
 
     check: Check
-    cel: Cel | None = None
+    cel: Cel | tuple[Cel, ...] | None = None
+    """One CEL rule, or several (one per pool, each naming its own fieldPath) with this rule's message."""
+
+    @property
+    def cels(self) -> tuple[Cel, ...]:
+        """Every CEL form of the rule (empty for a Python-only rule)."""
+        return () if self.cel is None else (self.cel,) if isinstance(self.cel, Cel) else self.cel
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,11 @@ class TransitionRule(_Row):
 
     check: TransitionCheck
     cel: Cel
+
+    @property
+    def cels(self) -> tuple[Cel, ...]:
+        """The rule's CEL transition rule, as a one-element tuple (the shape `Rule.cels` has)."""
+        return (self.cel,)
 
 
 def profile_of(service: DisaggSpecService) -> SGLangProfile:
@@ -73,6 +101,11 @@ def speculative_path(p: PoolName, wire: str) -> str:
     return f"spec.{p}.speculative.{wire}"
 
 
+def speculative_field_path(p: PoolName, wire: str) -> str:
+    """The fieldPath, relative to the spec node, of `speculative_path(p, wire)`."""
+    return "." + speculative_path(p, wire).removeprefix("spec.")
+
+
 def effective_rule(
     rule_id: str,
     fields: tuple[str, ...],
@@ -83,14 +116,16 @@ def effective_rule(
     cel: Callable[[PoolName], str],
 ) -> Rule:
     """A rule over each pool's effective speculative settings: `holds` in Python, `cel(pool)` in CEL on the spec
-    node for both pools; a violation points at `spec.<pool>.speculative.<wire>`."""
+    node once per pool; a violation points at `spec.<pool>.speculative.<wire>`."""
 
     def check(service: DisaggSpecService) -> Iterator[str]:
         for p, eff in effective_speculative_pair(service).items():
             if not holds(service, eff):
                 yield speculative_path(p, wire)
 
-    return Rule(rule_id, fields, message, check, Cel(DisaggSpecServiceSpec, both(cel)))
+    # One CEL rule per pool, so the API server names the pool's own field as the Python twin does.
+    cels = tuple(Cel(DisaggSpecServiceSpec, cel(p), speculative_field_path(p, wire)) for p in POOL_NAMES)
+    return Rule(rule_id, fields, message, check, cels)
 
 
 def pool_spec_rule(
@@ -110,4 +145,4 @@ def pool_spec_rule(
             if not holds(pool(service.spec, p)):
                 yield f"spec.{p}.{wire}"
 
-    return Rule(rule_id, fields, message, check, Cel(PoolSpec, cel))
+    return Rule(rule_id, fields, message, check, Cel(PoolSpec, cel, f".{wire}"))

@@ -7,7 +7,7 @@ from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, pool
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, ModelSpec, ModelVolume
-from disaggspec.validation._cel import both, quote
+from disaggspec.validation._cel import quote
 from disaggspec.validation._core import Cel, Rule
 
 HF_TOKEN_ENV: Final = "HF_TOKEN"
@@ -19,20 +19,26 @@ def _hf_token_env(service: DisaggSpecService) -> Iterator[str]:
     if service.spec.model.hf_token_secret_ref is None:
         return
     for p in POOL_NAMES:
-        if any(env.name == HF_TOKEN_ENV for env in pool(service.spec, p).env):
-            yield f"spec.{p}.env"
+        for index, env in enumerate(pool(service.spec, p).env):
+            if env.name == HF_TOKEN_ENV:
+                yield f"spec.{p}.env[{index}]"
 
 
 HF_TOKEN_IN_ENV: Final = Rule(
     id="model-hf-token-env",
     fields=("spec.model.hfTokenSecretRef", "spec.prefill.env", "spec.decode.env"),
-    message="spec.model.hfTokenSecretRef already sets HF_TOKEN: remove HF_TOKEN from the pools' env, or remove "
-    "hfTokenSecretRef",
+    message="spec.model.hfTokenSecretRef already sets HF_TOKEN: remove HF_TOKEN from spec.<pool>.env (the pool named "
+    "in the field path), or remove spec.model.hfTokenSecretRef",
     check=_hf_token_env,
-    cel=Cel(
-        DisaggSpecServiceSpec,
-        "!has(self.model.hfTokenSecretRef) || "
-        + both(lambda p: f"!has(self.{p}.env) || self.{p}.env.all(e, e.name != {quote(HF_TOKEN_ENV)})"),
+    # One CEL rule per pool, so the API server names the pool whose env repeats HF_TOKEN.
+    cel=tuple(
+        Cel(
+            DisaggSpecServiceSpec,
+            f"!has(self.model.hfTokenSecretRef) || !has(self.{p}.env) || "
+            f"self.{p}.env.all(e, e.name != {quote(HF_TOKEN_ENV)})",
+            f".{p}.env",
+        )
+        for p in POOL_NAMES
     ),
 )
 
@@ -47,9 +53,14 @@ def _volume_source(service: DisaggSpecService) -> Iterator[str]:
 VOLUME_ONE_SOURCE: Final = Rule(
     id="model-volume-one-source",
     fields=("spec.model.volume.hostPath", "spec.model.volume.persistentVolumeClaim"),
-    message="spec.model.volume needs exactly one of hostPath or persistentVolumeClaim",
+    message="spec.model.volume needs exactly one of spec.model.volume.hostPath or "
+    "spec.model.volume.persistentVolumeClaim: set one source and remove the other",
     check=_volume_source,
-    cel=Cel(ModelVolume, "has(self.hostPath) != has(self.persistentVolumeClaim)"),
+    cel=Cel(
+        ModelVolume,
+        "has(self.hostPath) != has(self.persistentVolumeClaim)",
+        on_node="the rule is about which of the volume's two sources are set, so it names the volume itself",
+    ),
 )
 
 
@@ -64,5 +75,5 @@ LOCAL_PATH_VOLUME: Final = Rule(
     fields=("spec.model.path", "spec.model.volume"),
     message="an absolute spec.model.path is read from a volume: set spec.model.volume, or use a Hugging Face repo id",
     check=_local_path_volume,
-    cel=Cel(ModelSpec, "!self.path.startsWith('/') || has(self.volume)"),
+    cel=Cel(ModelSpec, "!self.path.startsWith('/') || has(self.volume)", ".volume"),
 )

@@ -1,5 +1,5 @@
-"""Pool rules: the resource name the children are named after, each pool's GPUs, and what a pool's extraArgs and env
-may set."""
+"""Pool rules: the resource name the children are named after, each pool's GPUs, and what a pool's env may set (its
+extraArgs: `extra_args.py`)."""
 
 from __future__ import annotations
 
@@ -8,54 +8,48 @@ from collections.abc import Iterator
 from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, pool
-from disaggspec.api.v1alpha1 import GPU_RESOURCE, DisaggSpecService, EnvVar, PoolSpec
+from disaggspec.api.v1alpha1 import (
+    GPU_RESOURCE,
+    DisaggSpecService,
+    DisaggSpecServiceSpec,
+    EnvVar,
+    EnvVarSource,
+    PoolSpec,
+)
+from disaggspec.sglang.profiles import RUST_SERVER_ENV, TRANSFER_DRAFT_PROBS_ENV
 from disaggspec.validation._cel import quote, string_list
-from disaggspec.validation._core import Cel, Rule, pool_spec_rule, profile_of
+from disaggspec.validation._core import Cel, Rule, pool_spec_rule
+from disaggspec.validation._places import env_vars
 
 MAX_NAME_LENGTH: Final = 44
 """Longest metadata.name: children are `<name>-prefill` (8 more characters), and a StatefulSet-style child adds a
 `-<10-character hash>` to a label value limited to 63: 63 - 11 - 8 = 44. Deployments alone would allow 55."""
 
-OWNED_FLAG_PREFIXES: Final = ("--speculative-", "--disaggregation-")
-"""Flag families the operator renders from typed fields."""
-OWNED_FLAGS: Final = (
-    "--model-path",
-    "--model",
-    "--revision",
-    "--dtype",
-    "--trust-remote-code",
-    "--served-model-name",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--host",
-    "--port",
-    "--enable-metrics",
-    "--page-size",
-    "--kv-cache-dtype",
-    "--attention-backend",
-    "--enable-multi-layer-eagle",
-    "--nnodes",
-    "--node-rank",
-    "--dist-init-addr",
+OWNED_ENV: Final = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "SGLANG_ENABLE_DISAGG_SAMPLING_MASK",
+    TRANSFER_DRAFT_PROBS_ENV,
+    RUST_SERVER_ENV,
+    "MC_GID_INDEX",
+    "NCCL_IB_GID_INDEX",
 )
-"""Single flags the operator renders (typed fields, or fixed by the pod layout: one node per pod)."""
-OWNED_ENV: Final = ("SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "MC_GID_INDEX", "NCCL_IB_GID_INDEX")
-"""Environment variables the operator sets from typed fields (engine.disaggSamplingMask, transfer.rdma.gidIndex)."""
+"""Environment variables a pool's env may never set: the GPU visibility the device plugin sets for the GPUs it
+allocated (a user value points the servers at GPUs the pod does not have, or at every GPU of the node), what the
+operator sets from typed fields (engine.disaggSamplingMask, speculative.transferDraftProbs, transfer.rdma.gidIndex),
+and SGLANG_RUST_SERVER (the Rust bootstrap registry drops the speculative fingerprint: every prefill is refused)."""
+RDMA_OWNED_ENV_PREFIXES: Final = ("MC_", "UCX_", "NCCL_IB_")
+"""Variable families a pool's env may not set once spec.transfer.rdma is set. The whole MC_ (Mooncake) and UCX_ (nixl)
+families, not only the names the operator renders (MC_GID_INDEX, UCX_NET_DEVICES): every variable of them configures
+the transfer engine whose two ends must agree (MC_FORCE_TCP, MC_IB_PORT on one pool alone break the pairing), and
+they are too many to list. Of NCCL only NCCL_IB_*: the NIC selection the operator renders (NCCL_IB_HCA,
+NCCL_IB_GID_INDEX); NCCL carries a pool's own tensor-parallel collectives, not the KV transfer, so NCCL_DEBUG and the
+like stay the pool's business."""
 
-_OWNED_FLAG_RE: Final = (
-    "^("
-    + "|".join(re.escape(p) + "[a-z0-9-]*" for p in OWNED_FLAG_PREFIXES)
-    + "|"
-    + "|".join(re.escape(f) for f in OWNED_FLAGS)
-    + ")(=.*)?$"
+_METADATA_ON_ROOT: Final = (
+    "a CRD has no schema below metadata, so a fieldPath cannot name metadata.name; the rule sits on the object root "
+    "and its message names the field"
 )
-"""An argument that sets an owned flag, with or without `=value` (the same pattern in Python and CEL)."""
-
-
-def is_owned_flag(arg: str) -> bool:
-    """Whether an argument (`--flag` or `--flag=value`) is a flag the operator renders and extraArgs may not set."""
-    return re.fullmatch(_OWNED_FLAG_RE, arg) is not None
-
 
 # ---- the resource name -------------------------------------------------------------------------------------------
 
@@ -72,7 +66,7 @@ NAME_LENGTH: Final = Rule(
     message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters: the operator names children "
     "<name>-prefill, <name>-decode and <name>-router; choose a shorter name",
     check=_name_length,
-    cel=Cel("root", f"self.metadata.name.size() <= {MAX_NAME_LENGTH}"),
+    cel=Cel("root", f"self.metadata.name.size() <= {MAX_NAME_LENGTH}", on_node=_METADATA_ON_ROOT),
 )
 
 
@@ -89,7 +83,7 @@ NAME_DNS_LABEL: Final = Rule(
     message="metadata.name must be a DNS label (lowercase letters, digits and '-', starting with a letter, no "
     "dots): the operator creates Services named after it",
     check=_name_dns_label,
-    cel=Cel("root", "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"),
+    cel=Cel("root", "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')", on_node=_METADATA_ON_ROOT),
 )
 
 
@@ -127,7 +121,7 @@ def _gpu_whole(pool_spec: PoolSpec) -> bool:
 GPU_COUNT_WHOLE: Final = pool_spec_rule(
     "pool-gpu-count-whole",
     ("spec.prefill.resources.limits", "spec.decode.resources.limits"),
-    f"resources.limits[{GPU_RESOURCE}] must be a whole number of GPUs",
+    f"spec.<pool>.resources.limits[{GPU_RESOURCE}] must be a whole number of GPUs: give a count such as 1 or 8",
     wire="resources.limits",
     holds=_gpu_whole,
     cel=f"!has(self.resources) || !has(self.resources.limits) || !({quote(GPU_RESOURCE)} in self.resources.limits) || "
@@ -150,69 +144,68 @@ GPUS_COVER_TP: Final = pool_spec_rule(
         "spec.decode.tensorParallelSize",
         "spec.decode.resources.limits",
     ),
-    f"a pool's resources.limits[{GPU_RESOURCE}] must be at least its tensorParallelSize (one GPU per rank): raise "
-    "the GPU limit or lower tensorParallelSize",
+    f"spec.<pool>.resources.limits[{GPU_RESOURCE}] must be at least spec.<pool>.tensorParallelSize (one GPU per "
+    "rank): raise the GPU limit or lower tensorParallelSize",
     wire="resources.limits",
     holds=_gpus_cover_tp,
     cel=f"{pool_gpus_cel('self')} >= self.tensorParallelSize",
 )
 
 
-# ---- extraArgs and env -------------------------------------------------------------------------------------------
+# ---- env -------------------------------------------------------------------------------------------------------------
 
 
-def _extra_args_not_owned(pool_spec: PoolSpec) -> bool:
-    """Flags the operator renders from typed fields (0.5.2 sglang/srt/server_args.py:1535-1597 speculative,
-    :2109-2156 disaggregation); a second value in extraArgs would silently win or clash on one pool only."""
-    return not any(is_owned_flag(arg) for arg in pool_spec.extra_args)
+def _env_not_owned(service: DisaggSpecService) -> Iterator[str]:
+    """Variables rendered from typed fields (0.5.23 sglang/srt/environ.py:756 for the sampling mask) or set by the
+    NVIDIA device plugin for the GPUs it allocated."""
+    for path, env in env_vars(service):
+        if env.name in OWNED_ENV:
+            yield f"{path}.name"
 
 
-EXTRA_ARGS_OWNED: Final = pool_spec_rule(
-    "pool-extra-args-owned",
-    ("spec.prefill.extraArgs", "spec.decode.extraArgs"),
-    "extraArgs may not set flags the operator renders (--speculative-*, --disaggregation-*, --model-path, "
-    "--tp-size, --host, --port, --enable-metrics, --page-size, --kv-cache-dtype, --attention-backend, ...): use the "
-    "typed fields under spec instead",
-    wire="extraArgs",
-    holds=_extra_args_not_owned,
-    cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches({quote(_OWNED_FLAG_RE)}))",
+ENV_OWNED: Final = Rule(
+    id="pool-env-owned",
+    fields=("spec.prefill.env", "spec.decode.env"),
+    message="spec.<pool>.env[].name may not be CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES (the device plugin "
+    "sets them for the GPUs it allocated) nor SGLANG_ENABLE_DISAGG_SAMPLING_MASK, SGLANG_DISAGG_TRANSFER_DRAFT_PROBS, "
+    "MC_GID_INDEX or NCCL_IB_GID_INDEX, nor SGLANG_RUST_SERVER (the Rust bootstrap registry carries no speculative "
+    "fingerprint, so every decode would refuse every prefill): remove the entry; size GPUs with tensorParallelSize "
+    "and resources.limits, and use spec.engine.disaggSamplingMask, spec.speculative.transferDraftProbs and "
+    "spec.transfer.rdma.gidIndex",
+    check=_env_not_owned,
+    cel=Cel(EnvVar, f"!(self.name in {string_list(OWNED_ENV)})", ".name"),
 )
 
-
-def _unknown_flags(service: DisaggSpecService) -> Iterator[str]:
-    """Every `--flag` must be an exact option of the chosen release: argparse accepts unique prefixes
-    (0.5.2 sglang/srt/server_args.py:2563, 0.5.23 sglang/srt/server_args.py:679, allow_abbrev left on), so an
-    abbreviation like `--speculative-alg` would slip past the owned-flag rule; and a flag of another release fails at
-    start. Python-only: the flag sets are too large for CEL."""
-    profile = profile_of(service)
-    for p in POOL_NAMES:
-        for index, arg in enumerate(pool(service.spec, p).extra_args):
-            if arg.startswith("--") and not profile.knows_flag(arg.split("=", 1)[0]):
-                yield f"spec.{p}.extraArgs[{index}]"
+_RDMA_OWNED_ENV_RE: Final = "^(" + "|".join(RDMA_OWNED_ENV_PREFIXES) + ")"
 
 
-EXTRA_ARGS_KNOWN: Final = Rule(
-    id="pool-extra-args-known",
-    fields=("spec.prefill.extraArgs", "spec.decode.extraArgs", "spec.sglang.version"),
-    message="extraArgs contains a flag spec.sglang.version does not know (abbreviations are not accepted): spell the "
-    "flag in full as that SGLang release names it, or remove it",
-    check=_unknown_flags,
-)
+def _env_not_rdma_owned(service: DisaggSpecService) -> Iterator[str]:
+    """With RDMA the operator renders the NIC env of the transfer engines (disaggspec/render/rdma.py) and both ends of
+    a transfer must read the same settings; see RDMA_OWNED_ENV_PREFIXES for why these families."""
+    if service.spec.transfer.rdma is None:
+        return
+    for path, env in env_vars(service):
+        if env.name.startswith(RDMA_OWNED_ENV_PREFIXES):
+            yield f"{path}.name"
 
 
-def _env_not_owned(pool_spec: PoolSpec) -> bool:
-    """Variables rendered from typed fields (0.5.23 sglang/srt/environ.py:756 for the sampling mask)."""
-    return not any(e.name in OWNED_ENV for e in pool_spec.env)
-
-
-ENV_OWNED: Final = pool_spec_rule(
-    "pool-env-owned",
-    ("spec.prefill.env", "spec.decode.env"),
-    "env may not set " + ", ".join(OWNED_ENV) + ": use spec.engine.disaggSamplingMask and "
-    "spec.transfer.rdma.gidIndex instead",
-    wire="env",
-    holds=_env_not_owned,
-    cel=f"!has(self.env) || self.env.all(e, !(e.name in {string_list(OWNED_ENV)}))",
+ENV_RDMA_OWNED: Final = Rule(
+    id="pool-env-rdma-owned",
+    fields=("spec.prefill.env", "spec.decode.env", "spec.transfer.rdma"),
+    message="with spec.transfer.rdma set, spec.<pool>.env may not set MC_*, UCX_* or NCCL_IB_* variables: the "
+    "operator renders the transfer engines' NIC settings and both pools must read the same ones; remove the entry "
+    "and use spec.transfer.rdma (ibDevices, ibDevicesPerGpu, gidIndex)",
+    check=_env_not_rdma_owned,
+    # One CEL rule per pool (on the spec node, which sees spec.transfer.rdma) naming that pool's env.
+    cel=tuple(
+        Cel(
+            DisaggSpecServiceSpec,
+            f"!has(self.transfer.rdma) || !has(self.{p}.env) || "
+            f"self.{p}.env.all(e, !e.name.matches({quote(_RDMA_OWNED_ENV_RE)}))",
+            f".{p}.env",
+        )
+        for p in POOL_NAMES
+    ),
 )
 
 
@@ -221,13 +214,40 @@ def _env_value_exclusive(service: DisaggSpecService) -> Iterator[str]:
     for p in POOL_NAMES:
         for index, env in enumerate(pool(service.spec, p).env):
             if env.value is not None and env.value_from is not None:
-                yield f"spec.{p}.env[{index}]"
+                yield f"spec.{p}.env[{index}].valueFrom"
 
 
 ENV_VALUE_EXCLUSIVE: Final = Rule(
     id="env-value-exclusive",
     fields=("spec.prefill.env", "spec.decode.env"),
-    message="an env entry sets either value or valueFrom, not both",
+    message="spec.<pool>.env[] sets either value or valueFrom, not both: remove one",
     check=_env_value_exclusive,
-    cel=Cel(EnvVar, "!(has(self.value) && has(self.valueFrom))"),
+    cel=Cel(EnvVar, "!(has(self.value) && has(self.valueFrom))", ".valueFrom"),
+)
+
+_ENV_SOURCES: Final = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+
+
+def _env_one_source(service: DisaggSpecService) -> Iterator[str]:
+    """As in a Pod, a valueFrom names exactly one source; an empty or doubled one makes the child Deployment fail."""
+    for path, env in env_vars(service):
+        source = env.value_from
+        if source is None:
+            continue
+        given = (source.secret_key_ref, source.config_map_key_ref, source.field_ref, source.resource_field_ref)
+        if sum(part is not None for part in given) != 1:
+            yield f"{path}.valueFrom"
+
+
+ENV_ONE_SOURCE: Final = Rule(
+    id="env-value-from-one-source",
+    fields=("spec.prefill.env", "spec.decode.env"),
+    message="spec.<pool>.env[].valueFrom needs exactly one of secretKeyRef, configMapKeyRef, fieldRef or "
+    "resourceFieldRef: keep one source",
+    check=_env_one_source,
+    cel=Cel(
+        EnvVarSource,
+        " + ".join(f"(has(self.{source}) ? 1 : 0)" for source in _ENV_SOURCES) + " == 1",
+        on_node="the rule is about how many of the node's sources are set, so it names the valueFrom itself",
+    ),
 )

@@ -23,7 +23,7 @@ from disaggspec.api.effective import (
 )
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec
 from disaggspec.validation._cel import effective, effective_part, is_set, string_list
-from disaggspec.validation._core import Cel, Rule, effective_rule, speculative_path
+from disaggspec.validation._core import Cel, Rule, effective_rule, speculative_field_path, speculative_path
 
 _EAGLE_WITH_DRAFT: Final = ("EAGLE", "EAGLE3")
 _REJECTION_SAMPLING_ALGORITHMS: Final = ("EAGLE", "EAGLE3", "NEXTN")
@@ -77,13 +77,20 @@ def match_rule(
         fallback = None if unset is None else unset.cel
         equal = f"{effective('prefill', field, fallback)} == {effective('decode', field, fallback)}"
     fields = tuple(f"spec.{where}speculative.{field.wire}" for where in ("", "prefill.", "decode."))
-    return Rule(
-        rule_id,
-        fields,
-        message,
-        check,
-        Cel(DisaggSpecServiceSpec, equal if when is None else f"!{when.cel} || {equal}"),
+    holds = equal if when is None else f"!{when.cel} || {equal}"
+    # Two CEL rules with one condition, split on which pool a mismatch points at (as `_overriding_pool`): prefill
+    # when only prefill overrides the field, decode otherwise, so the API server names the same field as Python.
+    only_prefill = f"({_overrides('prefill', field)} && !{_overrides('decode', field)})"
+    cels = (
+        Cel(DisaggSpecServiceSpec, f"!{only_prefill} || {holds}", speculative_field_path("prefill", field.wire)),
+        Cel(DisaggSpecServiceSpec, f"{only_prefill} || {holds}", speculative_field_path("decode", field.wire)),
     )
+    return Rule(rule_id, fields, message, check, cels)
+
+
+def _overrides(p: PoolName, field: SpeculativeField[Any]) -> str:
+    """CEL: the pool's own speculative block sets `field`."""
+    return f"(has(self.{p}.speculative) && has(self.{p}.speculative.{field.wire}))"
 
 
 ALGORITHM_MATCH: Final = match_rule(
@@ -220,5 +227,26 @@ REJECTION_SAMPLING_TOPK: Final = effective_rule(
     cel=lambda p: (
         f"!{effective(p, REJECTION_SAMPLING)} || ({effective(p, EAGLE_TOPK)} == 1 && "
         f"{effective(p, ALGORITHM)} in {string_list(_REJECTION_SAMPLING_ALGORITHMS)})"
+    ),
+)
+
+
+def _draft_probs_need_rejection_sampling(service: DisaggSpecService, eff: EffectiveSpeculative) -> bool:
+    """Patch 0003 (0.5.23): q rows exist only with rejection sampling (spec_draft_probs_metadata_shape returns None
+    without it), and only rejection sampling verifies against q; asking for them otherwise would do nothing."""
+    return not service.spec.speculative.transfer_draft_probs or eff.rejection_sampling
+
+
+TRANSFER_DRAFT_PROBS_REJECTION: Final = effective_rule(
+    "spec-transfer-draft-probs-rejection-sampling",
+    ("spec.speculative.transferDraftProbs", "spec.speculative.rejectionSampling"),
+    "spec.speculative.transferDraftProbs needs rejectionSampling on both pools (only rejection sampling verifies "
+    "against the carried proposal; it needs SGLang 0.5.23): turn spec.speculative.rejectionSampling on, or "
+    "transferDraftProbs off",
+    wire="rejectionSampling",
+    holds=_draft_probs_need_rejection_sampling,
+    cel=lambda p: (
+        f"!has(self.speculative.transferDraftProbs) || !self.speculative.transferDraftProbs || "
+        f"{effective(p, REJECTION_SAMPLING)}"
     ),
 )

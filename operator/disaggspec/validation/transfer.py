@@ -1,4 +1,5 @@
-"""Transfer rules: the RDMA device settings and the bootstrap port of spec.transfer."""
+"""Transfer rules: the RDMA settings (devices, their resources and GPU keys) and the bootstrap port of spec.transfer,
+the tensor-parallel sizes the KV transfer can pair, and the router's port beside its metrics port."""
 
 from __future__ import annotations
 
@@ -6,10 +7,29 @@ from collections.abc import Iterator
 from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, pool
-from disaggspec.api.v1alpha1 import MAX_GPUS_PER_POD, DisaggSpecService, DisaggSpecServiceSpec, RdmaSpec, TransferSpec
+from disaggspec.api.v1alpha1 import (
+    GPU_RESOURCE,
+    MAX_GPUS_PER_POD,
+    ROUTER_METRICS_PORT,
+    DisaggSpecService,
+    DisaggSpecServiceSpec,
+    RdmaSpec,
+    RouterSpec,
+    TransferSpec,
+)
 from disaggspec.sglang.args import SERVER_PORT
-from disaggspec.validation._cel import both, string_list
+from disaggspec.validation._cel import both, quote, string_list
 from disaggspec.validation._core import Cel, Rule
+from disaggspec.validation._syntax import (
+    EXTENDED_RESOURCE,
+    GPU_INDEX,
+    RESERVED_RESOURCE,
+    found,
+    full,
+    is_quantity_cel,
+    quantity,
+    quantity_cel,
+)
 from disaggspec.validation.pools import pool_gpus, pool_gpus_cel
 
 _RDMA_LESS_BACKENDS: Final = ("fake", "mooncake_tcp")
@@ -51,6 +71,7 @@ IB_MAP_COVERS_GPUS: Final = Rule(
         # The smallest GPU index missing from the map must be at least the pool's GPU count; filtering once and
         # comparing outside the loop keeps the CEL cost estimate within budget (CRD CEL has no cel.bind).
         + both(lambda p: f"size({_MISSING_GPUS}) == 0 || {_MISSING_GPUS}[0] >= {pool_gpus_cel('self.' + p)}"),
+        ".transfer.rdma.ibDevicesPerGpu",
     ),
 )
 
@@ -59,18 +80,19 @@ def _ib_exclusive(service: DisaggSpecService) -> Iterator[str]:
     """--disaggregation-ib-device takes one form: a comma list or a per-GPU map (0.5.23 fields/disagg.py:84-87)."""
     rdma = service.spec.transfer.rdma
     if rdma is not None and rdma.ib_devices and rdma.ib_devices_per_gpu:
-        yield "spec.transfer.rdma"
+        yield "spec.transfer.rdma.ibDevicesPerGpu"
 
 
 IB_DEVICES_EXCLUSIVE: Final = Rule(
     id="transfer-rdma-ib-devices-exclusive",
     fields=("spec.transfer.rdma.ibDevices", "spec.transfer.rdma.ibDevicesPerGpu"),
-    message="set either spec.transfer.rdma.ibDevices or spec.transfer.rdma.ibDevicesPerGpu, not both",
+    message="set either spec.transfer.rdma.ibDevices or spec.transfer.rdma.ibDevicesPerGpu, not both: remove one",
     check=_ib_exclusive,
     cel=Cel(
         RdmaSpec,
         "!(has(self.ibDevices) && size(self.ibDevices) > 0 && has(self.ibDevicesPerGpu) && "
         "size(self.ibDevicesPerGpu) > 0)",
+        ".ibDevicesPerGpu",
     ),
 )
 
@@ -91,6 +113,7 @@ RDMA_BACKEND: Final = Rule(
     cel=Cel(
         DisaggSpecServiceSpec,
         f"!has(self.transfer.rdma) || !(self.transfer.backend in {string_list(_RDMA_LESS_BACKENDS)})",
+        ".transfer.backend",
     ),
 )
 
@@ -110,4 +133,123 @@ BOOTSTRAP_PORT_FREE: Final = Rule(
     "bootstrap port (the default is 8998)",
     check=_bootstrap_port_free,
     cel=Cel(TransferSpec, f"self.bootstrapPort != {SERVER_PORT}", ".bootstrapPort"),
+)
+
+
+# ---- RDMA content ------------------------------------------------------------------------------------------------
+
+
+def _rdma_resource_ok(name: str, value: int | str) -> bool:
+    """A NIC is a counted device: a domain-prefixed extended resource (not the GPU resource the operator sizes from
+    tensorParallelSize, which this map would override) with a positive whole quantity."""
+    amount = quantity(value)
+    return (
+        full(EXTENDED_RESOURCE, name)
+        and not found(RESERVED_RESOURCE, name)
+        and name != GPU_RESOURCE
+        and amount is not None
+        and amount > 0
+        and amount.denominator == 1
+    )
+
+
+def _rdma_resources(service: DisaggSpecService) -> Iterator[str]:
+    rdma = service.spec.transfer.rdma
+    if rdma is not None and not all(_rdma_resource_ok(k, v) for k, v in rdma.resources.items()):
+        yield "spec.transfer.rdma.resources"
+
+
+_RDMA_VALUE: Final = "self.resources[k]"
+
+RDMA_RESOURCES: Final = Rule(
+    id="transfer-rdma-resources",
+    fields=("spec.transfer.rdma.resources",),
+    message=f"spec.transfer.rdma.resources keys must be domain-prefixed extended resources (for example "
+    f"rdma/hca_shared_devices_a; not kubernetes.io, not {GPU_RESOURCE}, which tensorParallelSize sizes) and values "
+    "positive whole numbers: use the resource name and count the RDMA device plugin advertises",
+    check=_rdma_resources,
+    cel=Cel(
+        RdmaSpec,
+        "!has(self.resources) || self.resources.all(k, "
+        f"k.matches({quote(EXTENDED_RESOURCE)}) && !k.matches({quote(RESERVED_RESOURCE)}) && "
+        f"k != {quote(GPU_RESOURCE)} && {is_quantity_cel(_RDMA_VALUE)} && {quantity_cel(_RDMA_VALUE)}.isInteger() && "
+        f"{quantity_cel(_RDMA_VALUE)}.compareTo(quantity('0')) > 0)",
+        ".resources",
+    ),
+)
+
+
+def _ib_map_keys(service: DisaggSpecService) -> Iterator[str]:
+    """SGLang reads the map as JSON with int() keys (0.5.23 sglang/srt/arg_groups/fields/disagg.py:84-87): '00', '+1',
+    ' 2', '1_0' and non-ASCII digits would alias or invent GPU indexes, words would fail; only the canonical form
+    names one GPU once."""
+    rdma = service.spec.transfer.rdma
+    if rdma is not None and not all(full(GPU_INDEX, key) for key in rdma.ib_devices_per_gpu):
+        yield "spec.transfer.rdma.ibDevicesPerGpu"
+
+
+IB_MAP_KEYS: Final = Rule(
+    id="transfer-rdma-ib-map-keys",
+    fields=("spec.transfer.rdma.ibDevicesPerGpu",),
+    message="spec.transfer.rdma.ibDevicesPerGpu keys must be GPU indexes written as plain decimals ('0', '1', ... "
+    "without sign, spaces or leading zeros): rename the key",
+    check=_ib_map_keys,
+    cel=Cel(
+        RdmaSpec,
+        f"!has(self.ibDevicesPerGpu) || self.ibDevicesPerGpu.all(k, k.matches({quote(GPU_INDEX)}))",
+        ".ibDevicesPerGpu",
+    ),
+)
+
+
+# ---- prefill and decode tensor parallelism -----------------------------------------------------------------------
+
+
+def _tp_divisible(service: DisaggSpecService) -> Iterator[str]:
+    """Decode maps its ranks onto prefill's by integer division of the two attention TP sizes: with decode larger,
+    `attn_tp_size // prefill_attn_tp_size` decode ranks read one prefill rank, with prefill larger each decode rank
+    reads `prefill_attn_tp_size // attn_tp_size` prefill ranks (0.5.2 sglang/srt/disaggregation/mooncake/conn.py:
+    1270-1310; 0.5.23 sglang/srt/disaggregation/common/conn.py:1452-1490), and the KV head slices are cut the same
+    way (0.5.2 mooncake/conn.py:449-466). Unless one size divides the other, ranks are skipped or counted twice and
+    transfers never complete; 0.5.23 says so outright for replicated state ("One attention TP size must divide the
+    other", sglang/srt/disaggregation/utils.py:890-895). Without DP attention (an extraArgs matter) the attention TP
+    size is tensorParallelSize."""
+    prefill, decode = service.spec.prefill.tensor_parallel_size, service.spec.decode.tensor_parallel_size
+    if max(prefill, decode) % min(prefill, decode) != 0:
+        yield "spec.decode.tensorParallelSize"
+
+
+TP_DIVISIBLE: Final = Rule(
+    id="transfer-tp-divisible",
+    fields=("spec.prefill.tensorParallelSize", "spec.decode.tensorParallelSize"),
+    message="spec.prefill.tensorParallelSize and spec.decode.tensorParallelSize must divide one another (the larger "
+    "a multiple of the smaller, for example 4 and 2, or 2 and 8): the KV transfer maps ranks and head slices by "
+    "their quotient; change one of the two sizes",
+    check=_tp_divisible,
+    cel=Cel(
+        DisaggSpecServiceSpec,
+        "self.prefill.tensorParallelSize % self.decode.tensorParallelSize == 0 || "
+        "self.decode.tensorParallelSize % self.prefill.tensorParallelSize == 0",
+        ".decode.tensorParallelSize",
+    ),
+)
+
+
+# ---- the router --------------------------------------------------------------------------------------------------
+
+
+def _router_port_free(service: DisaggSpecService) -> Iterator[str]:
+    """The router binds its HTTP port and, separately, its Prometheus port (disaggspec/render/router.py renders
+    --port and --prometheus-port, and a Service port of each); one port cannot be both."""
+    if service.spec.router.port == ROUTER_METRICS_PORT:
+        yield "spec.router.port"
+
+
+ROUTER_PORT_FREE: Final = Rule(
+    id="router-port-free",
+    fields=("spec.router.port",),
+    message=f"spec.router.port must differ from the router's metrics port {ROUTER_METRICS_PORT}: pick another port "
+    "(the default is 30000)",
+    check=_router_port_free,
+    cel=Cel(RouterSpec, f"self.port != {ROUTER_METRICS_PORT}", ".port"),
 )

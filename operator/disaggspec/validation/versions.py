@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any, Final
 
 from disaggspec.api.effective import (
@@ -19,7 +20,15 @@ from disaggspec.api.effective import (
 )
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec
 from disaggspec.sglang.profiles import SGLangProfile
-from disaggspec.validation._cel import by_version, effective, is_set, spec_ref, string_list, versions_where
+from disaggspec.validation._cel import (
+    by_version,
+    effective,
+    is_set,
+    spec_field,
+    spec_ref,
+    string_list,
+    versions_where,
+)
 from disaggspec.validation._core import Cel, Rule, effective_rule, profile_of
 
 _NO_WIDTH_LIMIT: Final = 2**31
@@ -44,7 +53,9 @@ def supported_choice(
             yield path
 
     cel = by_version(lambda prof: f"{spec_ref(path)} in {string_list(choices(prof))}")
-    return Rule(rule_id, (path, "spec.sglang.version"), message, check, Cel(DisaggSpecServiceSpec, cel))
+    return Rule(
+        rule_id, (path, "spec.sglang.version"), message, check, Cel(DisaggSpecServiceSpec, cel, spec_field(path))
+    )
 
 
 # 0.5.2 sglang/srt/server_args.py:107 and :2118-2123; 0.5.23 sglang/srt/arg_groups/choices.py:122-129.
@@ -86,6 +97,7 @@ ROUTER_POLICY_SUPPORTED: Final = Rule(
         DisaggSpecServiceSpec,
         "!has(self.router) || !has(self.router.policy) || "
         + by_version(lambda prof: f"self.router.policy in {string_list(prof.router.discovery_policies)}"),
+        ".router.policy",
     ),
 )
 
@@ -126,6 +138,13 @@ class Option:
     release_has: Callable[[SGLangProfile], bool]
 
 
+def _common_parent(options: tuple[Option, ...]) -> str:
+    """The fieldPath, relative to the spec node, of the longest path all `options` lie under."""
+    parts = [option.path.split(".") for option in options]
+    common = [names[0] for names in takewhile(lambda names: len(set(names)) == 1, zip(*parts, strict=False))]
+    return spec_field(".".join(common))
+
+
 def options_need_release(rule_id: str, message: str, options: tuple[Option, ...], *, cel_unused: str) -> Rule:
     """Each of `options` may only be used on a release that has it; `cel_unused` is CEL for "none is used". A
     violation points at each option in use."""
@@ -143,7 +162,8 @@ def options_need_release(rule_id: str, message: str, options: tuple[Option, ...]
         fields,
         message,
         check,
-        Cel(DisaggSpecServiceSpec, f"{cel_unused} || self.sglang.version in {versions}"),
+        # Reported at the options' common parent (the one option when there is one).
+        Cel(DisaggSpecServiceSpec, f"{cel_unused} || self.sglang.version in {versions}", _common_parent(options)),
     )
 
 

@@ -8,20 +8,22 @@ persists nothing, so the many cases need no namespace each."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 import yaml
 
-from disaggspec.validation import RULES_BY_ID
+from disaggspec.api import parse_service
+from disaggspec.validation import RULES_BY_ID, validate
 from e2e.support.fixtures import Cluster
 from tests.unit.dss_cases import EXAMPLES, IMMUTABLE_CASES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
 
 pytestmark = pytest.mark.integration
 
 _NOW = "2026-01-01T00:00:00Z"
-CEL_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is not None)
-PYTHON_ONLY_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cel is None)
+CEL_CASES = tuple(case for case in RULE_CASES if case.rule is not None and RULES_BY_ID[case.rule].cels)
+PYTHON_ONLY_CASES = tuple(case for case in RULE_CASES if case.rule is not None and not RULES_BY_ID[case.rule].cels)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,25 @@ def test_valid_case_admitted(crd: Cluster, case: Case) -> None:
 @pytest.mark.parametrize("case", CEL_CASES, ids=lambda c: c.name)
 def test_cel_rule_rejects(crd: Cluster, case: Case) -> None:
     assert case.rule is not None
-    _assert_rejected(_dry_run(crd, case.manifest()), RULES_BY_ID[case.rule].message)
+    message = RULES_BY_ID[case.rule].message
+    result = _dry_run(crd, case.manifest())
+    _assert_rejected(result, message)
+    # The CEL twin reports where the Python twin does: at the same field, or at the field above it when CEL cannot
+    # address a list item or map entry from the node it sits on (spec.decode.env for spec.decode.env[0].name).
+    reported = _reported_fields(result.stderr, message)
+    python = [v.field for v in validate(parse_service(case.manifest())) if v.rule == case.rule]
+    assert reported and python
+    for field in reported:
+        if field == "<nil>":
+            assert all(cel.on_node for cel in RULES_BY_ID[case.rule].cels), f"{case.rule} reports no field"
+            continue
+        assert any(p == field or p.startswith((field + ".", field + "[")) for p in python), (field, python)
+
+
+def _reported_fields(stderr: str, message: str) -> list[str]:
+    """The field paths the API server names for `message` in a rejection (one per failing CEL rule)."""
+    found = re.findall(r"(?:^\* |is invalid: )(\S+): Invalid value: [^\n]*?" + re.escape(message), stderr, re.M)
+    return [str(field) for field in found]
 
 
 @pytest.mark.parametrize("case", SCHEMA_CASES, ids=lambda c: c.name)

@@ -222,7 +222,7 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "hf-token-twice",
         {
             "spec.model.hfTokenSecretRef": {"name": "hf"},
-            "spec.decode.env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "x", "key": "y"}}}],
+            "spec.decode.env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "x", "key": "k"}}}],
         },
         "model-hf-token-env",
     ),
@@ -230,6 +230,7 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "gpu-limit-fractional",
         {"spec.prefill": {"resources": {"limits": {"nvidia.com/gpu": "500m"}}}},
         "pool-gpu-count-whole",
+        also=frozenset({"resource-quantities"}),
     ),
     Case(
         "gpus-below-tp",
@@ -274,6 +275,384 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         {**V052, "spec.decode.extraArgs": ["--enable-multi-layer-eagle-foo"]},
         "pool-extra-args-known",
     ),
+    # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
+    Case("image-uppercase", {"spec.sglang.image": "DisaggSpec/SGLang:v0.5.23"}, "image-reference"),
+    Case("image-short-digest", {"spec.sglang.image": "disaggspec/sglang@sha256:1234"}, "image-reference"),
+    Case("router-image-space", {"spec.router": {"image": "sglang router:latest"}}, "image-reference"),
+    Case("model-path-flag", {"spec.model.path": "-h"}, "model-path-form"),
+    Case("model-path-url", {"spec.model.path": "https://huggingface.co/meta-llama/Llama-3.1-8B"}, "model-path-form"),
+    Case(
+        "model-path-dot-dot",
+        {"spec.model.path": "/models/../etc", "spec.model.volume": {"persistentVolumeClaim": {"claimName": "w"}}},
+        "model-path-form",
+    ),
+    Case(
+        "draft-path-override-flag",
+        {"spec.decode.speculative": {"draftModel": {"path": "--trust-remote-code"}}},
+        "model-path-form",
+        also=frozenset({"spec-draft-model-match"}),
+    ),
+    Case("model-revision-flag", {"spec.model.revision": "--port=1"}, "model-revision-form"),
+    Case(
+        "draft-revision-dot-dot",
+        {"spec.speculative.draftModel": {"path": "a/b", "revision": "../main"}},
+        "model-revision-form",
+    ),
+    Case("served-name-flag", {"spec.model.servedModelName": "-h"}, "model-served-name-form"),
+    Case("pull-secret-name", {"spec.sglang.imagePullSecrets": [{"name": "Registry_Creds"}]}, "object-name-form"),
+    Case(
+        "claim-name",
+        {"spec.model.volume": {"persistentVolumeClaim": {"claimName": "Model_Weights"}}},
+        "object-name-form",
+    ),
+    Case("hf-secret-name", {"spec.model.hfTokenSecretRef": {"name": "HF_Token"}}, "object-name-form"),
+    Case(
+        "env-secret-name",
+        {"spec.decode.env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "My_Secret", "key": "k"}}}]},
+        "object-name-form",
+    ),
+    Case("host-path-dot-dot", {"spec.model.volume": {"hostPath": {"path": "/data/../etc"}}}, "model-host-path-form"),
+    Case(
+        "mount-at-dev-shm",
+        {"spec.model.volume": {"persistentVolumeClaim": {"claimName": "w"}, "mountPath": "/dev/shm"}},
+        "model-mount-path-form",
+    ),
+    Case(
+        "mount-trailing-slash",
+        {"spec.model.volume": {"persistentVolumeClaim": {"claimName": "w"}, "mountPath": "/models/"}},
+        "model-mount-path-form",
+    ),
+    Case(
+        "mount-at-root",
+        {"spec.model.volume": {"persistentVolumeClaim": {"claimName": "w"}, "mountPath": "/"}},
+        "model-mount-path-form",
+    ),
+    Case("rdma-resource-no-domain", {"spec.transfer": {"rdma": {"resources": {"rdma": 1}}}}, "transfer-rdma-resources"),
+    Case(
+        "rdma-resource-is-gpu",
+        {"spec.transfer": {"rdma": {"resources": {"nvidia.com/gpu": 1}}}},
+        "transfer-rdma-resources",
+    ),
+    Case(
+        "rdma-resource-fraction",
+        {"spec.transfer": {"rdma": {"resources": {"rdma/hca_shared_devices_a": "1.5"}}}},
+        "transfer-rdma-resources",
+    ),
+    Case(
+        "rdma-resource-zero",
+        {"spec.transfer": {"rdma": {"resources": {"rdma/hca_shared_devices_a": 0}}}},
+        "transfer-rdma-resources",
+    ),
+    Case(
+        "ib-map-key-leading-zero",
+        {"spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "00": "mlx5_1"}}}},
+        "transfer-rdma-ib-map-keys",
+    ),
+    Case(
+        "ib-map-key-word",
+        {"spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "gpu1": "mlx5_1"}}}},
+        "transfer-rdma-ib-map-keys",
+    ),
+    Case(
+        "env-cuda-visible-devices",
+        {"spec.decode.env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "1"}]},
+        "pool-env-owned",
+    ),
+    Case(
+        "env-nvidia-visible-devices",
+        {"spec.prefill.env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+        "pool-env-owned",
+    ),
+    Case(
+        "env-mooncake-with-rdma",
+        {"spec.transfer": {"rdma": {}}, "spec.decode.env": [{"name": "MC_FORCE_TCP", "value": "true"}]},
+        "pool-env-rdma-owned",
+    ),
+    Case(
+        "env-ucx-with-rdma",
+        {
+            "spec.transfer": {"backend": "nixl", "rdma": {}},
+            "spec.prefill.env": [{"name": "UCX_NET_DEVICES", "value": "eth0"}],
+        },
+        "pool-env-rdma-owned",
+    ),
+    Case(
+        "env-nccl-ib-with-rdma",
+        {"spec.transfer": {"rdma": {}}, "spec.prefill.env": [{"name": "NCCL_IB_HCA", "value": "mlx5_9"}]},
+        "pool-env-rdma-owned",
+    ),
+    Case("env-value-from-empty", {"spec.prefill.env": [{"name": "FOO", "valueFrom": {}}]}, "env-value-from-one-source"),
+    Case(
+        "env-value-from-two-sources",
+        {
+            "spec.decode.env": [
+                {
+                    "name": "FOO",
+                    "valueFrom": {
+                        "secretKeyRef": {"name": "s", "key": "k"},
+                        "configMapKeyRef": {"name": "c", "key": "k"},
+                    },
+                }
+            ]
+        },
+        "env-value-from-one-source",
+    ),
+    Case(
+        "tp-not-dividing",
+        {"spec.prefill": {"tensorParallelSize": 2}, "spec.decode": {"tensorParallelSize": 3}},
+        "transfer-tp-divisible",
+    ),
+    Case("router-port-is-metrics-port", {"spec.router": {"port": 29000}}, "router-port-free"),
+    Case("resource-name-space", {"spec.prefill.resources": {"limits": {"fast gpu": 1}}}, "resource-names"),
+    Case(
+        "resource-kubernetes-io",
+        {"spec.decode.resources": {"requests": {"kubernetes.io/x": 1}}},
+        "resource-names",
+        also=frozenset({"resource-extended-request-limited"}),
+    ),
+    Case("limit-not-a-quantity", {"spec.prefill.resources": {"limits": {"memory": "lots"}}}, "resource-quantities"),
+    Case("limit-negative", {"spec.prefill.resources": {"limits": {"cpu": "-1"}}}, "resource-quantities"),
+    Case(
+        "router-limit-not-a-quantity",
+        {"spec.router": {"resources": {"limits": {"memory": "1.5.5Gi"}}}},
+        "resource-quantities",
+    ),
+    Case(
+        "extended-limit-fraction",
+        {"spec.decode.resources": {"limits": {"example.com/fpga": "0.5"}}},
+        "resource-quantities",
+    ),
+    Case(
+        "request-above-limit",
+        {"spec.decode.resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "10Gi"}}},
+        "resource-request-within-limit",
+    ),
+    Case(
+        "router-request-above-limit",
+        {"spec.router": {"resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "4"}}}},
+        "resource-request-within-limit",
+    ),
+    Case(
+        "extended-request-without-limit",
+        {"spec.prefill.resources": {"requests": {"example.com/nic": 1}}},
+        "resource-extended-request-limited",
+    ),
+    Case(
+        "hugepages-without-cpu-or-memory",
+        {"spec.prefill.resources": {"limits": {"hugepages-2Mi": "1Gi"}}},
+        "resource-hugepages-cpu-memory",
+    ),
+    Case("pod-label-key-space", {"spec.prefill.podLabels": {"team name": "infra"}}, "pool-pod-labels"),
+    Case("pod-label-value-dash", {"spec.decode.podLabels": {"team": "-infra"}}, "pool-pod-labels"),
+    Case("pod-annotation-key-space", {"spec.prefill.podAnnotations": {"my note": "x"}}, "pool-pod-annotations"),
+    Case(
+        "node-selector-value-slash",
+        {"spec.prefill.nodeSelector": {"kubernetes.io/hostname": "rack/1"}},
+        "pool-node-selector",
+    ),
+    Case("node-selector-key-empty", {"spec.decode.nodeSelector": {"": "x"}}, "pool-node-selector"),
+    Case(
+        "toleration-key-space",
+        {"spec.prefill.tolerations": [{"key": "gpu type", "operator": "Exists"}]},
+        "pool-toleration-key",
+    ),
+    Case(
+        "toleration-exists-with-value",
+        {"spec.decode.tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "true"}]},
+        "pool-toleration-exists-value",
+    ),
+    Case(
+        "toleration-empty-key-equal",
+        {"spec.prefill.tolerations": [{"operator": "Equal", "value": "x"}]},
+        "pool-toleration-empty-key",
+    ),
+    Case(
+        "toleration-seconds-without-no-execute",
+        {
+            "spec.prefill.tolerations": [
+                {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60}
+            ]
+        },
+        "pool-toleration-seconds",
+    ),
+    Case(
+        "affinity-in-without-values",
+        {
+            "spec.prefill.affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In"}]}]
+                    }
+                }
+            }
+        },
+        "pool-affinity-values",
+    ),
+    Case(
+        "anti-affinity-exists-with-values",
+        {
+            "spec.decode.affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {
+                                "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+        "pool-affinity-values",
+    ),
+    Case(
+        "affinity-key-space",
+        {
+            "spec.prefill.affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "preference": {"matchExpressions": [{"key": "gpu type", "operator": "Exists"}]}}
+                    ]
+                }
+            }
+        },
+        "pool-affinity-key",
+    ),
+    # ---- extraArgs against the parser (issue 15 A) ----------------------------------------------------------------
+    # One case per hole of e2e/adversarial/corpus.py's classes owned-side-door (its extraArgs entries),
+    # per-pool-compute and gpu-port-arithmetic (its extraArgs entries). Of these rules only pool-extra-args-owned has
+    # CEL (on both pools and spec.engine); the others need the flag tables and run in the webhook and reconcile.
+    Case(
+        "extra-args-alias-of-owned",
+        {"spec.decode.extraArgs": ["--speculative-draft-model", "x/y"]},
+        "pool-extra-args-owned",
+    ),
+    Case("extra-args-owned-in-engine", {"spec.engine.extraArgs": ["--tp-size", "2"]}, "pool-extra-args-owned"),
+    Case(
+        "extra-args-tokenizer-path-has-a-field",
+        {"spec.decode.extraArgs": ["--tokenizer-path", "t/t"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-context-length-has-a-field",
+        {"spec.decode.extraArgs": ["--context-length", "2048"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-token-map-has-a-field",
+        {"spec.prefill.extraArgs": ["--speculative-token-map", "m/freq.pt"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-alias-of-forbidden",
+        {"spec.prefill.extraArgs": ["--nccl-init-addr", "10.0.0.1:5000"]},
+        "pool-extra-args-forbidden",
+    ),
+    Case("extra-args-single-dash-help", {"spec.prefill.extraArgs": ["-h"]}, "pool-extra-args-known"),
+    Case("extra-args-lone-dash", {"spec.decode.extraArgs": ["-"]}, "pool-extra-args-known"),
+    Case(
+        "extra-args-positional",
+        {"spec.prefill.extraArgs": ["meta-llama/Llama-3.1-70B-Instruct"]},
+        "pool-extra-args-known",
+    ),
+    Case(
+        "extra-args-option-smuggled-in-a-value",
+        {"spec.prefill.extraArgs": ["--chunked-prefill-size=4096 --tp-size=2"]},
+        "pool-extra-args-known",
+    ),
+    Case(
+        "extra-args-value-not-a-choice",
+        {"spec.engine.extraArgs": ["--tokenizer-mode", "fastest"]},
+        "pool-extra-args-known",
+    ),
+    Case(
+        "extra-args-value-read-as-option",
+        {"spec.engine.extraArgs": ["--load-format", "--skip-tokenizer-init"]},
+        "pool-extra-args-known",
+    ),
+    Case(
+        "extra-args-config-file",
+        {"spec.prefill.extraArgs": ["--config", "/models/override.yaml"]},
+        "pool-extra-args-forbidden",
+    ),
+    Case(
+        "extra-args-tokenizer-mode-in-a-pool",
+        {"spec.prefill.extraArgs": ["--tokenizer-mode", "slow"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-load-format-in-a-pool",
+        {"spec.decode.extraArgs": ["--load-format=dummy"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-model-override-in-a-pool",
+        {"spec.decode.extraArgs": ['--json-model-override-args={"num_key_value_heads": 4}']},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-fp32-lm-head-in-a-pool",
+        {"spec.prefill.extraArgs": ["--enable-fp32-lm-head"]},
+        "pool-extra-args-must-match",
+    ),
+    Case(
+        "extra-args-per-phase-attention-backend",
+        {"spec.decode.extraArgs": ["--decode-attention-backend", "triton"]},
+        "pool-extra-args-forbidden",
+    ),
+    Case("extra-args-dp-attention", {"spec.decode.extraArgs": ["--enable-dp-attention"]}, "pool-extra-args-forbidden"),
+    Case(
+        "extra-args-pipeline-size-alias",
+        {"spec.decode.extraArgs": ["--pipeline-parallel-size", "2"]},
+        "pool-extra-args-forbidden",
+    ),
+    Case("extra-args-base-gpu-id", {"spec.decode.extraArgs": ["--base-gpu-id", "1"]}, "pool-extra-args-forbidden"),
+    Case(
+        "extra-args-data-parallel-alias",
+        {"spec.prefill.extraArgs": ["--data-parallel-size", "2"]},
+        "pool-extra-args-forbidden",
+    ),
+    Case("extra-args-ep-not-dividing-tp", {"spec.decode.extraArgs": ["--ep", "2"]}, "pool-extra-args-parallel-size"),
+    Case(
+        "extra-args-cp-not-dividing-tp",
+        {"spec.prefill": {"tensorParallelSize": 4, "extraArgs": ["--attention-context-parallel-size", "3"]}},
+        "pool-extra-args-parallel-size",
+    ),
+    Case(
+        "extra-args-nccl-port-is-bootstrap-port",
+        {"spec.prefill.extraArgs": ["--nccl-port", "8998"]},
+        "pool-extra-args-port",
+    ),
+    Case(
+        "extra-args-grpc-port-is-http-port", {"spec.decode.extraArgs": ["--grpc-port", "30000"]}, "pool-extra-args-port"
+    ),
+    Case(
+        "extra-args-two-ports-clash",
+        {
+            "spec.engine.extraArgs": ["--nccl-port", "9000"],
+            "spec.decode.extraArgs": ["--engine-info-bootstrap-port=9000"],
+        },
+        "pool-extra-args-port",
+    ),
+    Case(
+        "extra-args-beside-its-typed-field",
+        {"spec.speculative.tokenMap": "m/freq.pt", "spec.engine.extraArgs": ["--speculative-token-map", "m/freq.pt"]},
+        "pool-extra-args-must-match",
+    ),
+    Case("engine-quantization-unknown", {"spec.engine.quantization": "int3-magic"}, "engine-quantization-supported"),
+    # ---- issue 16: the draft-proposal opt-in and the Rust bootstrap registry ------------------------------------
+    Case(
+        "transfer-draft-probs-without-rejection-sampling",
+        {"spec.speculative.transferDraftProbs": True},
+        "spec-transfer-draft-probs-rejection-sampling",
+    ),
+    Case(
+        "env-transfer-draft-probs",
+        {"spec.prefill.env": [{"name": "SGLANG_DISAGG_TRANSFER_DRAFT_PROBS", "value": "1"}]},
+        "pool-env-owned",
+    ),
+    Case("env-rust-server", {"spec.decode.env": [{"name": "SGLANG_RUST_SERVER", "value": "1"}]}, "pool-env-owned"),
 )
 
 SCHEMA_CASES: Final[tuple[Case, ...]] = (
@@ -304,10 +683,108 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
         schema_error="should match",
     ),
     Case("tp-too-large", {"spec.prefill.tensorParallelSize": 32}, schema_error="less than or equal to 16"),
+    # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
+    Case("env-name-dash", {"spec.prefill.env": [{"name": "MY-VAR", "value": "1"}]}, schema_error="should match"),
+    Case(
+        "env-value-from-unknown-source",
+        {"spec.prefill.env": [{"name": "FOO", "valueFrom": {"vaultRef": {"path": "x"}}}]},
+        schema_error='unknown field "spec.prefill.env[0].valueFrom.vaultRef"',
+    ),
+    Case(
+        "env-field-ref-path",
+        {"spec.decode.env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "spec.gpuName"}}}]},
+        schema_error="should match",
+    ),
+    Case(
+        "env-resource-field-ref-gpu",
+        {"spec.prefill.env": [{"name": "G", "valueFrom": {"resourceFieldRef": {"resource": "limits.nvidia.com/gpu"}}}]},
+        schema_error='Unsupported value: "limits.nvidia.com/gpu"',
+    ),
+    Case(
+        "env-config-map-ref-no-key",
+        {"spec.prefill.env": [{"name": "F", "valueFrom": {"configMapKeyRef": {"name": "c"}}}]},
+        schema_error="Required value",
+    ),
+    Case(
+        "env-secret-key-space",
+        {"spec.decode.env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "a key"}}}]},
+        schema_error="should match",
+    ),
+    Case(
+        "toleration-operator",
+        {"spec.prefill.tolerations": [{"key": "g", "operator": "Contains"}]},
+        schema_error="Unsupported value",
+    ),
+    Case(
+        "toleration-effect",
+        {"spec.decode.tolerations": [{"key": "g", "effect": "Sometimes"}]},
+        schema_error="Unsupported value",
+    ),
+    Case(
+        "toleration-unknown-field",
+        {"spec.decode.tolerations": [{"keyy": "nvidia.com/gpu", "operator": "Exists"}]},
+        schema_error='unknown field "spec.decode.tolerations[0].keyy"',
+    ),
+    Case(
+        "toleration-seconds-string",
+        {
+            "spec.decode.tolerations": [
+                {"key": "g", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "ten"}
+            ]
+        },
+        schema_error="must be of type integer",
+    ),
+    Case(
+        "affinity-unknown-kind",
+        {"spec.decode.affinity": {"gpuAffinity": {"preferred": True}}},
+        schema_error='unknown field "spec.decode.affinity.gpuAffinity"',
+    ),
+    Case(
+        "affinity-not-an-object",
+        {"spec.prefill.affinity": {"nodeAffinity": ["h100"]}},
+        schema_error="must be of type object",
+    ),
+    Case("ib-device-flag", {"spec.transfer": {"rdma": {"ibDevices": ["-h"]}}}, schema_error="should match"),
+    Case(
+        "affinity-no-terms",
+        {
+            "spec.prefill.affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+            }
+        },
+        schema_error="should have at least 1 items",
+    ),
+    Case(
+        "anti-affinity-without-topology-key",
+        {
+            "spec.decode.affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}
+            }
+        },
+        schema_error="Required value",
+    ),
+    Case(
+        "affinity-weight-zero",
+        {
+            "spec.decode.affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 0, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}
+                    ]
+                }
+            }
+        },
+        schema_error="should be greater than or equal to 1",
+    ),
+    Case("node-selector-value-too-long", {"spec.prefill.nodeSelector": {"k": "v" * 64}}, schema_error="Too long"),
 )
 
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
+    Case(
+        "transfer-draft-probs-with-rejection-sampling",
+        {"spec.speculative.transferDraftProbs": True, "spec.speculative.rejectionSampling": True},
+    ),
     Case("cache-aware-router-on-0.5.23", {"spec.router": {"policy": "cache_aware"}}),
     Case("round-robin-router-on-0.5.2", {**V052, "spec.router": {"policy": "round_robin"}}),
     Case("pool-restates-shared", {"spec.decode.speculative": {"algorithm": "EAGLE3", "numSteps": 3, "eagleTopk": 1}}),
@@ -333,6 +810,129 @@ VALID_CASES: Final[tuple[Case, ...]] = (
         {
             "spec.prefill": {"tensorParallelSize": 2},
             "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "1": "mlx5_1"}}},
+        },
+    ),
+    # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
+    Case(
+        "content-and-shape-in-range",
+        {
+            "spec.sglang": {
+                "image": "registry.example.com:5000/team/sglang:v0.5.23-disaggspec@sha256:" + "a" * 64,
+                "version": "0.5.23",
+                "imagePullSecrets": [{"name": "registry-creds"}],
+            },
+            "spec.model": {
+                "path": "/models/hub/models--meta-llama--Llama-3.1-8B-Instruct",
+                "revision": "refs/pr/1",
+                "servedModelName": "llama-3.1-8b",
+                "volume": {"persistentVolumeClaim": {"claimName": "model-weights"}, "mountPath": "/models"},
+                "hfTokenSecretRef": {"name": "hf-token", "key": "token"},
+            },
+            "spec.prefill": {
+                "tensorParallelSize": 2,
+                "resources": {
+                    "limits": {"cpu": "8", "memory": "64Gi", "hugepages-2Mi": "1Gi", "example.com/nic": 1},
+                    "requests": {"cpu": "500m", "memory": "32Gi", "example.com/nic": "1"},
+                },
+                "podLabels": {"example.com/team": "ml-infra", "tier": ""},
+                "podAnnotations": {"Example.COM/Note": "anything goes here"},
+                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                "tolerations": [
+                    {"operator": "Exists"},
+                    {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+                    {
+                        "key": "node.kubernetes.io/unreachable",
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 30,
+                    },
+                ],
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 100,
+                                "podAffinityTerm": {
+                                    "topologyKey": "kubernetes.io/hostname",
+                                    "labelSelector": {"matchLabels": {"disaggspec.io/role": "prefill"}},
+                                },
+                            }
+                        ]
+                    },
+                },
+                "env": [
+                    {"name": "NCCL_DEBUG", "value": "INFO"},
+                    {
+                        "name": "POD_TEAM",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['example.com/team']"}},
+                    },
+                    {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                    {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "sglang.cfg", "key": "a.b-c_d"}}},
+                ],
+            },
+            "spec.decode": {"tensorParallelSize": 4},
+            "spec.transfer": {
+                "rdma": {
+                    "resources": {"rdma/hca_shared_devices_a": 1, "example.com/ib": "2"},
+                    "ibDevicesPerGpu": {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"},
+                }
+            },
+            "spec.router": {"port": 8080, "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "1500m"}}},
+        },
+    ),
+    Case("env-mooncake-without-rdma", {"spec.decode.env": [{"name": "MC_TE_METRIC", "value": "1"}]}),
+    Case("tp-multiples", {"spec.prefill": {"tensorParallelSize": 8}, "spec.decode": {"tensorParallelSize": 2}}),
+    # ---- extraArgs against the parser (issue 15 A) ----------------------------------------------------------------
+    Case(
+        "decode-polling-interval-per-pool", {"spec.decode.extraArgs": ["--disaggregation-decode-polling-interval", "4"]}
+    ),
+    Case("token-map-typed", {"spec.speculative.tokenMap": "thunlp/LLaMA3-Instruct-8B-FR-Spec/freq_32768.pt"}),
+    Case(
+        "token-map-in-engine-extra-args",
+        {"spec.engine.extraArgs": ["--speculative-token-map", "thunlp/LLaMA3-Instruct-8B-FR-Spec/freq_32768.pt"]},
+    ),
+    Case(
+        "must-match-in-engine-extra-args",
+        {
+            "spec.engine.extraArgs": [
+                "--load-format",
+                "dummy",
+                '--json-model-override-args={"rope_theta": 500000}',
+                "--tokenizer-mode",
+                "slow",
+            ]
+        },
+    ),
+    Case(
+        "engine-typed-must-match",
+        {
+            "spec.engine": {
+                "contextLength": 8192,
+                "quantization": "fp8",
+                "tokenizerPath": "meta-llama/Llama-3.1-8B-Instruct",
+                "chatTemplate": "llama-3",
+            }
+        },
+    ),
+    Case(
+        "per-pool-safe-sizes-ports-and-lists",
+        {
+            "spec.decode": {
+                "tensorParallelSize": 2,
+                "extraArgs": ["--ep-size", "2", "--nccl-port", "9000", "--chunked-prefill-size", "-1"],
+            },
+            "spec.prefill.extraArgs": ["--cuda-graph-bs-prefill", "1", "2", "4", "--enable-metrics-for-all-schedulers"],
         },
     ),
 )

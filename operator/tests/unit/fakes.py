@@ -49,7 +49,10 @@ class FakeClient(apply.Client):
         self.requests: list[tuple[str, str]] = []
         self.events: list[Event] = []
         self.refuse: dict[str, apply.ApiError] = {}
-        """REST path -> the error applying it raises (an admission webhook or quota saying no)."""
+        """REST path -> the error applying it raises (an admission webhook or quota saying no), dry-run or not."""
+        self.refuse_writes: dict[str, apply.ApiError] = {}
+        """REST path -> the error a real (not dry-run) apply raises: a refusal a dry-run cannot see (a quota that
+        each child fits alone, but not all of them together)."""
         self._lock = threading.Lock()  # apply.sync applies children from a thread pool
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
@@ -58,8 +61,8 @@ class FakeClient(apply.Client):
 
     @property
     def writes(self) -> list[tuple[str, str]]:
-        """Every request but GETs, in order (Event posts excluded: see `events`)."""
-        return [(method, path) for method, path in self.requests if method != "GET"]
+        """Every request but GETs and dry-runs, in order (Event posts excluded: see `events`)."""
+        return [(method, path) for method, path in self.requests if method not in ("GET", "DRYRUN")]
 
     def reset(self) -> None:
         """Forget the requests and events recorded so far (the objects stay)."""
@@ -143,12 +146,16 @@ class FakeClient(apply.Client):
                 raise apply.ApiError(404, method, path, "not found")
             return copy.deepcopy(obj)
 
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         _, path = apply.located(manifest)
         with self._lock:
-            self.requests.append(("PATCH", path))
+            self.requests.append(("DRYRUN" if dry_run else "PATCH", path))
             if path in self.refuse:
                 raise self.refuse[path]
+            if dry_run:
+                return copy.deepcopy(manifest)
+            if path in self.refuse_writes:
+                raise self.refuse_writes[path]
             old = self.objects.get(path)
             obj = copy.deepcopy(manifest)
             meta = obj["metadata"]

@@ -11,7 +11,12 @@ import pytest
 from pydantic import BaseModel
 
 from disaggspec.api import POOL_NAMES, effective_speculative, parse_service
-from disaggspec.api.effective import SPECULATIVE_FIELDS, EffectiveSpeculative, SpeculativeField
+from disaggspec.api.effective import (
+    SHARED_ONLY_SPECULATIVE_FIELDS,
+    SPECULATIVE_FIELDS,
+    EffectiveSpeculative,
+    SpeculativeField,
+)
 from disaggspec.api.v1alpha1 import PoolSpeculativeSpec, SpeculativeSpec
 from disaggspec.validation._cel import effective, is_set
 from tests.unit.dss_cases import RULE_CASES, VALID_CASES, Case
@@ -22,7 +27,9 @@ UNSET = object()
 
 def test_table_lists_every_overridable_field_in_model_order() -> None:
     attrs = [f.attr for f in SPECULATIVE_FIELDS]
-    assert attrs == list(SpeculativeSpec.model_fields) == list(PoolSpeculativeSpec.model_fields)
+    shared = [name for name in SpeculativeSpec.model_fields if name not in SHARED_ONLY_SPECULATIVE_FIELDS]
+    assert attrs == shared == list(PoolSpeculativeSpec.model_fields)
+    assert set(SHARED_ONLY_SPECULATIVE_FIELDS) <= set(SpeculativeSpec.model_fields)
     assert attrs == [f.name for f in dataclasses.fields(EffectiveSpeculative)]
 
 

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from typing import Any, cast
 
 import kopf
 import pytest
 
-from disaggspec import apply, handlers
+from disaggspec import apply, childrefusal, handlers, metrics, render
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
-from disaggspec.reconcile import Reconciler
+from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, HeldOff, Reconciler
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import Event, FakeClient
 
@@ -170,7 +171,8 @@ def test_an_apply_error_is_degraded_and_announced_once() -> None:
     client = FakeClient()
     client.create(_manifest())
     decode = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-decode")
-    client.refuse[decode] = apply.ApiError(403, "PATCH", decode, "denied by policy")
+    # A transient failure of the real write (the dry-run passed): today's retry behaviour, nothing rolled back.
+    client.refuse_writes[decode] = apply.ApiError(500, "PATCH", decode, "etcdserver: request timed out")
     reconciler = _reconciler(client)
     # The failed pass is handed back to the work queue (raised) after status and Events are written.
     with pytest.raises(apply.ApiError):
@@ -178,7 +180,7 @@ def test_an_apply_error_is_degraded_and_announced_once() -> None:
 
     degraded = _conditions(client)["Degraded"]
     assert (degraded["status"], degraded["reason"]) == ("True", r.DEGRADED_APPLY_FAILED.reason)
-    assert degraded["message"] == f"PATCH {decode}: HTTP 403: denied by policy"
+    assert degraded["message"] == f"PATCH {decode}: HTTP 500: etcdserver: request timed out"
     # Every child but the refused one was written (and is counted); the first wave went before the second.
     applied = [e for e in client.events if e.reason == r.EVENT_CHILDREN_APPLIED.reason]
     assert len(applied) == 1 and f"Deployment/{NAME}-decode" not in applied[0].message
@@ -192,9 +194,120 @@ def test_an_apply_error_is_degraded_and_announced_once() -> None:
         _pass(reconciler, client)  # fails the same way: no new Degraded Event
     assert [e.reason for e in client.events if e.reason != r.EVENT_CHILDREN_APPLIED.reason] == []
 
-    del client.refuse[decode]
+    del client.refuse_writes[decode]
     _pass(reconciler, client)
     assert _conditions(client)["Degraded"]["status"] == "False"
+
+
+LABELLED = {"spec.prefill.podLabels": {"team": "infra"}}
+"""A spec every rule passes; the tests make the (fake) API server refuse its prefill Deployment's pod labels, as a
+cluster's admission policy could."""
+
+
+def _invalid_labels(path: str) -> apply.ApiError:
+    message = 'Invalid value: "infra": not allowed by policy'
+    cause = childrefusal.Cause("spec.template.labels", message)
+    return apply.ApiError(422, "PATCH", path, "invalid", None, "Invalid", (cause,))
+
+
+def test_a_refused_child_applies_nothing_names_the_child_and_retries() -> None:
+    client = FakeClient()
+    client.create(_manifest(LABELLED))
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    client.refuse[prefill] = _invalid_labels(prefill)
+    reconciler = _reconciler(client)
+    with pytest.raises(apply.ChildrenRefused):  # handed back to the work queue: retried with backoff
+        _pass(reconciler, client)
+
+    assert client.children(NAMESPACE, NAME) == []
+    assert client.writes == [("PATCH", _status_path())]  # no child write, no prune: the status only
+    conditions = _conditions(client)
+    degraded = conditions["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", r.DEGRADED_CHILD_REFUSED.reason)
+    assert degraded["message"] == (
+        f'the API server refuses Deployment {NAME}-prefill: spec.template.labels: Invalid value: "infra": not allowed '
+        "by policy (from spec.prefill.podLabels); nothing was applied"
+    )
+    assert (conditions["Ready"]["reason"], conditions["Progressing"]["reason"]) == ("ChildRefused", "ChildRefused")
+    assert "specFingerprint" not in client.service(NAMESPACE, NAME)["status"]  # nothing of this spec runs
+    assert client.events == [Event(NAME, "Warning", r.EVENT_CHILD_REFUSED.reason, degraded["message"])]
+
+    client.reset()
+    with pytest.raises(apply.ChildrenRefused):
+        _pass(reconciler, client)  # refused the same way: no status write, no second Event
+    assert client.writes == [] and client.events == []
+
+    del client.refuse[prefill]  # the refusal cleared: the retry converges
+    _pass(reconciler, client)
+    assert len(client.children(NAMESPACE, NAME)) == CHILD_COUNT
+    assert _conditions(client)["Degraded"]["status"] == "False"
+
+
+def test_a_refused_edit_keeps_the_children_and_what_they_run() -> None:
+    client, reconciler = _converged()
+    before = {apply.ref(obj): obj["metadata"]["resourceVersion"] for obj in client.children(NAMESPACE, NAME)}
+    fingerprint = client.service(NAMESPACE, NAME)["status"]["specFingerprint"]
+    reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(LABELLED)["spec"]))
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    client.refuse[prefill] = _invalid_labels(prefill)
+    with pytest.raises(apply.ChildrenRefused):
+        _pass(reconciler, client)
+    assert {apply.ref(o): o["metadata"]["resourceVersion"] for o in client.children(NAMESPACE, NAME)} == before
+    assert client.service(NAMESPACE, NAME)["status"]["specFingerprint"] == fingerprint
+
+
+def test_a_render_that_raises_becomes_render_failed_without_a_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    reconciler = _reconciler(client)
+
+    def broken(*_: Any) -> list[dict[str, Any]]:
+        raise KeyError("gpu0")
+
+    monkeypatch.setattr(render, "render", broken)
+    failures = metrics.RENDER_FAILURES._value.get()
+    _pass(reconciler, client)  # not raised: the work queue must not retry a bug hot
+
+    assert client.children(NAMESPACE, NAME) == []
+    consistent = _conditions(client)["SpecConfigConsistent"]
+    expected = "rendering the children failed: KeyError: 'gpu0'; this is a bug in the operator, please report it"
+    assert (consistent["status"], consistent["reason"], consistent["message"]) == ("False", "RenderFailed", expected)
+    assert client.events == [Event(NAME, "Warning", r.EVENT_RENDER_FAILED.reason, expected)]
+    assert metrics.RENDER_FAILURES._value.get() == failures + 1
+
+    client.reset()
+    _pass(reconciler, client)  # a resync fails the same way: no write, no second Event
+    assert client.writes == [] and client.events == []
+
+    monkeypatch.undo()  # the fixed operator converges
+    _pass(reconciler, client)
+    assert len(client.children(NAMESPACE, NAME)) == CHILD_COUNT
+    assert _conditions(client)["SpecConfigConsistent"]["reason"] == r.CONSISTENT_ALL_RULES_PASSED.reason
+
+
+def test_admission_refuses_a_spec_whose_child_would_be_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FakeClient()
+    monkeypatch.setattr(handlers.RUNTIME, "reconciler", _reconciler(client))
+    manifest = _manifest(LABELLED)
+    manifest["metadata"]["uid"] = "incoming-uid"
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    client.refuse[prefill] = _invalid_labels(prefill)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        handlers.admit(body=_body(manifest), operation="CREATE")
+    assert str(refused.value).startswith(f"the API server refuses Deployment {NAME}-prefill: ")
+    assert "(from spec.prefill.podLabels)" in str(refused.value)
+    assert client.writes == []  # dry-runs only
+    assert len([m for m, _ in client.requests if m == "DRYRUN"]) == CHILD_COUNT - 1  # all but the RoleBinding
+
+    # Fail-safe: a dry-run the API server cannot answer admits the spec (reconcile checks again before writing).
+    client.refuse[prefill] = apply.ApiError(503, "PATCH", prefill, "unavailable")
+    handlers.admit(body=_body(manifest), operation="CREATE")
+    # A denied namespace gets no children: nothing to dry-run.
+    monkeypatch.setattr(handlers.RUNTIME.reconciler, "config", OperatorConfig(denied_namespaces=(NAMESPACE,)))
+    client.refuse[prefill] = _invalid_labels(prefill)
+    client.reset()
+    handlers.admit(body=_body(manifest), operation="CREATE")
+    assert client.requests == []
 
 
 def test_ready_is_announced_only_on_the_transition() -> None:
@@ -246,3 +359,38 @@ def test_a_deleted_service_is_left_alone() -> None:
     client = FakeClient()
     _pass(_reconciler(client), client)
     assert client.requests == [("GET", apply.SERVICE_RESOURCE.item(NAMESPACE, NAME))]
+
+
+def test_a_pass_refused_after_writing_rolls_back_and_holds_off_the_event_driven_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    router = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-router")
+    # A quota each Deployment fits alone: the dry-run passes, the real create of the third is refused.
+    quota = f'deployments.apps "{NAME}-router" is forbidden: exceeded quota: q, used: count/deployments.apps=2'
+    client.refuse_writes[router] = apply.ApiError(403, "PATCH", router, quota, None, "Forbidden")
+    reconciler = _reconciler(client)
+    with pytest.raises(apply.ChildrenRefused):
+        _pass(reconciler, client)
+    assert client.children(NAMESPACE, NAME) == []  # what the pass created is deleted again
+    degraded = _conditions(client)["Degraded"]
+    assert degraded["reason"] == r.DEGRADED_CHILD_REFUSED.reason
+    assert degraded["message"] == (
+        f"the API server refuses Deployment {NAME}-router: exceeded quota: q, used: count/deployments.apps=2; the "
+        "children this pass had created were deleted again, so nothing is half-applied"
+    )
+
+    # The rollback's own DELETE events queue the service again at once: that pass writes nothing and asks the work
+    # queue to come back when the hold ends.
+    client.reset()
+    with pytest.raises(HeldOff) as held:
+        _pass(reconciler, client)
+    assert client.writes == [] and 0 < held.value.retry_after <= ROLLBACK_HOLD_SECONDS[0]
+
+    del client.refuse_writes[router]  # the quota was raised; once the hold ends, the retry converges
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + ROLLBACK_HOLD_SECONDS[0] + 1)
+    _pass(reconciler, client)
+    assert len(client.children(NAMESPACE, NAME)) == CHILD_COUNT
+    assert _conditions(client)["Degraded"]["status"] == "False"

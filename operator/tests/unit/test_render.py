@@ -122,6 +122,7 @@ MUST_MATCH_EDITS = [
     ("spec.engine.pageSize", lambda s: s.setdefault("engine", {}).update(pageSize=16)),
     ("spec.transfer.bootstrapPort", lambda s: s.setdefault("transfer", {}).update(bootstrapPort=9100)),
     ("spec.model.path", lambda s: s["model"].update(path="meta-llama/Llama-3.1-70B-Instruct")),
+    ("spec.speculative.transferDraftProbs", lambda s: s["speculative"].update(transferDraftProbs=True)),
 ]
 OTHER_EDITS = [
     ("spec.decode.replicas", lambda s: s["decode"].update(replicas=4)),
@@ -145,3 +146,56 @@ def test_fingerprint_ignores_fields_that_need_not_match(field: str, edit: Any) -
     changed = copy.deepcopy(base)
     edit(changed["spec"])
     assert fingerprint(parse_service(base)) == fingerprint(parse_service(changed))
+
+
+def test_typed_tolerations_affinity_and_env_sources_render_as_given() -> None:
+    # Typing these blocks must not change what reaches the pod: only the fields the user gave, camelCase, no nulls.
+    tolerations = [
+        {"operator": "Exists"},
+        {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+    ]
+    affinity = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+            ]
+        }
+    }
+    env = [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    obj = _example("rdma-multus")
+    obj["spec"]["decode"].update(tolerations=tolerations, affinity=affinity, env=env)
+    manifests = render(parse_service(obj), OperatorConfig())
+    pod = _by(manifests, "Deployment", f"{obj['metadata']['name']}-decode")["spec"]["template"]["spec"]
+    assert pod["tolerations"] == tolerations
+    assert pod["affinity"] == affinity
+    assert env[0] in pod["containers"][0]["env"]
+
+
+def test_non_canonical_gpu_keys_do_not_crash_rendering() -> None:
+    # Validation refuses such keys; rendering stays total anyway (int('gpu1') raised), so no caller that renders
+    # before or without validating can crash on one.
+    obj = _example("rdma-multus")
+    obj["spec"]["transfer"]["rdma"]["ibDevicesPerGpu"].update({"gpu1": "mlx5_9", "10": "mlx5_2"})
+    manifests = render(parse_service(obj), OperatorConfig())
+    container = _by(manifests, "Deployment", f"{obj['metadata']['name']}-prefill")["spec"]["template"]["spec"]
+    mapping = json.loads(_flag(container["containers"][0]["command"], "--disaggregation-ib-device"))
+    assert list(mapping) == ["0", "1", "2", "3", "10", "gpu1"]
+
+
+def test_transfer_draft_probs_sets_the_patch_env_on_both_pools_only_when_on() -> None:
+    """Patch 0003 reads SGLANG_DISAGG_TRANSFER_DRAFT_PROBS on each side; both must agree (it changes the aux layout),
+    and when off nothing is rendered, so existing services keep their pods."""
+    base = _example("llama-3.1-8b-eagle3")
+    on = copy.deepcopy(base)
+    on["spec"]["sglang"]["version"] = "0.5.23"
+    on["spec"]["speculative"].update(rejectionSampling=True, transferDraftProbs=True)
+
+    def env_of(obj: dict[str, Any], role: str) -> dict[str, Any]:
+        manifests = render(parse_service(obj), OperatorConfig())
+        name = f"{obj['metadata']['name']}-{role}"
+        container = _by(manifests, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+    for role in ("prefill", "decode"):
+        assert env_of(on, role)["SGLANG_DISAGG_TRANSFER_DRAFT_PROBS"] == "1"
+        assert "SGLANG_DISAGG_TRANSFER_DRAFT_PROBS" not in env_of(base, role)

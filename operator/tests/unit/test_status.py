@@ -146,6 +146,27 @@ def test_apply_error_is_degraded_and_not_ready() -> None:
     assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "ApplyFailed")
 
 
+def test_a_refused_child_is_degraded_not_ready_and_not_progressing() -> None:
+    ready = _deployment(1, 1)
+    message = "the API server refuses Deployment x-prefill: exceeded quota: q; nothing was applied"
+    deployments = {"prefill": ready, "decode": ready, "router": ready}
+    conditions = _by_type(status.compute(Observation(3, ACCEPTED, deployments, "a", "e", refused=message), None, "T"))
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "ChildRefused")
+    assert conditions["Degraded"].message == message
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "ChildRefused")
+    assert (conditions["Progressing"].status, conditions["Progressing"].reason) == ("False", "ChildRefused")
+    assert conditions["SpecConfigConsistent"].status == "True"  # the spec passed the rules; the namespace says no
+
+
+def test_a_render_failure_is_an_inconsistent_spec_that_changes_nothing() -> None:
+    message = "rendering the children failed: KeyError: 'x'; this is a bug in the operator, please report it"
+    conditions = _by_type(status.compute(Observation(3, ACCEPTED, {}, None, None, render_error=message), None, "T"))
+    consistent = conditions["SpecConfigConsistent"]
+    assert (consistent.status, consistent.reason, consistent.message) == ("False", "RenderFailed", message)
+    assert (conditions["Ready"].reason, conditions["Progressing"].reason) == ("RenderFailed", "RenderFailed")
+    assert conditions["Degraded"].status == "False"
+
+
 def test_every_reason_set_is_in_the_vocabulary() -> None:
     ready = _deployment(1, 1)
     stuck = _deployment(1, 0, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}])
@@ -157,6 +178,8 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, ACCEPTED, {"prefill": ready, "decode": ready, "router": ready}, None, None, "boom"),
         Observation(3, ACCEPTED, {}, None, None, "boom"),
         Observation(3, ACCEPTED, {}, None, None, None, "kube-system"),
+        Observation(3, ACCEPTED, {}, None, None, refused="the API server refuses Deployment x: ..."),
+        Observation(3, ACCEPTED, {}, None, None, render_error="rendering the children failed: ..."),
     ]
     known = {(v.condition, v.status, v.reason) for v in r.CONDITION_REASONS}
     seen = {(cond.type, cond.status, cond.reason) for o in observations for cond in status.conditions(o)}

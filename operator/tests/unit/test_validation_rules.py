@@ -13,6 +13,7 @@ import yaml
 from disaggspec.api import PoolName, parse_service, pool
 from disaggspec.api.v1alpha1 import DraftKvCacheDtype
 from disaggspec.sglang.args import server_args
+from disaggspec.sglang.flag_policy import TYPED_MUST_MATCH
 from disaggspec.sglang.profiles import PROFILES, profile_for
 from disaggspec.validation import (
     ALL_RULES,
@@ -80,7 +81,7 @@ def test_owned_flags_are_real_flags() -> None:
 
 def test_violation_points_at_the_pool() -> None:
     service = parse_service(edited({"spec.decode.extraArgs": ["--tp-size", "2"]}))
-    assert [(v.rule, v.field) for v in validate(service)] == [("pool-extra-args-owned", "spec.decode.extraArgs")]
+    assert [(v.rule, v.field) for v in validate(service)] == [("pool-extra-args-owned", "spec.decode.extraArgs[0]")]
 
 
 def test_mismatch_points_at_the_overriding_pool() -> None:
@@ -124,10 +125,14 @@ def test_rendered_flags_are_owned_and_known(role: PoolName) -> None:
     for obj in _sources():
         service = parse_service(obj)
         argv = server_args(service, role)
-        extra = pool(service.spec, role).extra_args
+        extra = [*service.spec.engine.extra_args, *pool(service.spec, role).extra_args]
         rendered = argv[: len(argv) - len(extra)] if extra else argv
         profile = profile_for(service.spec.sglang.version)
         for arg in rendered:
             if arg.startswith("--"):
-                assert is_owned_flag(arg), f"{arg} is rendered but extraArgs may set it"
+                # Rendered from a typed field: owned, or a must-match option with its typed field (which the rules
+                # keep out of a pool's extraArgs and refuse twice in spec.engine.extraArgs).
+                option = profile.option(arg)
+                typed = option is not None and option.dest in TYPED_MUST_MATCH
+                assert is_owned_flag(arg) or typed, f"{arg} is rendered but extraArgs may set it"
                 assert profile.knows_flag(arg), f"{arg} is unknown to sglang {profile.version}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from types import ModuleType
 
 import pytest
 
+from disaggspec.sglang.options import VALUE_TYPES, Option
 from tools import flags as gen
 from tools.common import repo_root
 
@@ -89,13 +91,15 @@ def test_render_is_deterministic_sorted_and_round_trips() -> None:
         gen.collect_inventory(_fake_parser(reverse=True)), version="0.5.2", wheel="sglang-0.5.2-py3-none-any.whl"
     )
     assert text == again
-    entries = re.findall(r'^        ("[^"]+"),$', text, flags=re.MULTILINE)
+    flags_block = text.split("FLAGS: frozenset[str] = frozenset(", 1)[1].split("\n)\n", 1)[0]
+    entries = re.findall(r'^        ("[^"]+"),$', flags_block, flags=re.MULTILINE)
     assert entries == sorted(entries) and len(entries) == 11
     module = _load(text)
     inventory = gen.collect_inventory(_fake_parser())
     assert module["FLAGS"] == inventory.flags
     assert module["ALIASES"] == inventory.aliases
     assert module["DESTS"] == inventory.dests
+    assert module["OPTIONS"] == inventory.options
     assert "sglang-0.5.2-py3-none-any.whl" in str(module["__doc__"])
     assert "make generate" in str(module["__doc__"])
 
@@ -150,6 +154,48 @@ def test_committed_module_is_consistent(version: str) -> None:
         assert aliases.get(flag, flag) in dests, flag
     # Every flag is one action's canonical option or an alias of one.
     assert flags == set(dests) | set(aliases)
+    options: dict[str, Option] = module.OPTIONS
+    assert set(options) == set(dests)
+    for canonical, option in options.items():
+        assert option.dest == dests[canonical]
+        assert (option.nargs == 0) == (option.value is None), canonical
+        assert option.value is None or option.value in VALUE_TYPES, canonical
+
+
+def test_options_of_a_fake_parser() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, choices=[1, 2, 4])
+    parser.add_argument("--ratio", type=float, nargs="?")
+    parser.add_argument("--names", nargs="+", choices=["b", "a"])
+    parser.add_argument("--cfg", type=json.loads)
+    parser.add_argument("--size", type=lambda v: int(v.rstrip("k")) * 1000)
+    parser.add_argument("--on", action=argparse.BooleanOptionalAction)
+    parser.add_argument("--pair", nargs=2)
+    parser.add_argument("--const", action="store_const", const=3)
+    options = gen.collect_inventory(parser).options
+    assert options == {
+        "--cfg": ("cfg", None, "json", ()),
+        "--const": ("const", 0, None, ()),
+        "--count": ("count", None, "int", (1, 2, 4)),
+        "--names": ("names", "+", "str", ("b", "a")),
+        "--on": ("on", 0, None, ()),
+        "--pair": ("pair", 2, "str", ()),
+        "--ratio": ("ratio", "?", "float", ()),
+        "--size": ("size", None, "other", ()),
+    }
+    module = _load(gen.render(gen.collect_inventory(parser), version="0.5.2", wheel="w.whl"))
+    assert module["OPTIONS"] == options
+
+
+def test_committed_options_match_known_parser_facts() -> None:
+    # Facts read from the wheels' parsers: --tp-size takes one int; --enable-metrics none; --cuda-graph-bs a list.
+    new, old = _committed("0.5.23"), _committed("0.5.2")
+    assert new.OPTIONS["--tp-size"] == Option("tp_size", None, "int")
+    assert old.OPTIONS["--tensor-parallel-size"] == Option("tensor_parallel_size", None, "int")
+    assert new.OPTIONS["--enable-metrics"] == Option("enable_metrics", 0, None)
+    assert old.OPTIONS["--cuda-graph-bs"] == Option("cuda_graph_bs", "+", "int")
+    assert new.OPTIONS["--preferred-sampling-params"].value == "json"
+    assert "fp8" in new.OPTIONS["--quantization"].choices
 
 
 @pytest.mark.parametrize("version", gen.SUPPORTED_VERSIONS)
@@ -161,5 +207,5 @@ def test_committed_module_is_exactly_what_render_writes(version: str) -> None:
     wheel = re.search(r"pinned wheel (sglang-\S+\.whl)", text)
     assert wheel, "the docstring names the wheel it was generated from"
     assert wheel[1].startswith(f"sglang-{version}-")
-    inventory = gen.Inventory(flags=module.FLAGS, aliases=module.ALIASES, dests=module.DESTS)
+    inventory = gen.Inventory(flags=module.FLAGS, aliases=module.ALIASES, dests=module.DESTS, options=module.OPTIONS)
     assert gen.render(inventory, version=version, wheel=wheel[1]) == text

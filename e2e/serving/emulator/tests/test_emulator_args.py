@@ -146,7 +146,16 @@ def test_fingerprint_follows_patch_0001() -> None:
         "num_draft_states": 1,
         "speculative_use_rejection_sampling": False,
         "topk_buffer_width": 16,
+        "draft_probs_shape": None,
     }
+    rejection = server_config("0.5.23", rendered_like("decode", speculative=[
+        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--speculative-use-rejection-sampling", "--enable-multi-layer-eagle",
+    ]))  # fmt: skip
+    on = {"SGLANG_DISAGG_TRANSFER_DRAFT_PROBS": "1"}
+    assert speculative_fingerprint(rejection, options, on)["draft_probs_shape"] == [3, 128256]  # numSteps states
+    assert speculative_fingerprint(rejection, options, {})["draft_probs_shape"] is None  # opt-in
+    assert speculative_fingerprint(cfg, options, on)["draft_probs_shape"] is None  # no rejection sampling
     multi = server_config(
         "0.5.23",
         rendered_like(

@@ -178,11 +178,16 @@ def test_fingerprint_fields_and_messages_are_patch_0001s() -> None:
     patch = (REPO / "images/sglang/patches/0.5.23/0001-topk-row-follows-config-and-spec-fingerprint.patch").read_text()
     fields = re.search(r"SPEC_FINGERPRINT_FIELDS = \((.*?)\)", patch, flags=re.S)
     assert fields is not None
-    assert tuple(re.findall(r'"([a-z_]+)"', fields.group(1))) == fingerprint.FIELDS
+    draft_probs = REPO / "images/sglang/patches/0.5.23/0003-carry-draft-proposal-for-rejection-sampling.patch"
+    added = re.search(r'     "topk_buffer_width",\n((?:\+    "[a-z_]+",\n)+) \)', draft_probs.read_text())
+    assert added is not None, "patch 0003 no longer appends to SPEC_FINGERPRINT_FIELDS"
+    expected = (*re.findall(r'"([a-z_]+)"', fields.group(1)), *re.findall(r'"([a-z_]+)"', added.group(1)))
+    assert expected == fingerprint.FIELDS
     assert "Speculative config mismatch between prefill and decode (" in patch
-    assert (
-        '"spec_fingerprint": self.spec_fingerprint'
-        in (REPO / "images/sglang/patches/0.5.23/0002-handshake-refuses-mismatched-prefill.patch").read_text()
-    )
+    handshake = (REPO / "images/sglang/patches/0.5.23/0002-handshake-refuses-mismatched-prefill.patch").read_text()
+    assert '"spec_fingerprint": self.spec_fingerprint' in handshake
+    assert 'f"Prefill server {bootstrap_addr} refused: {mismatch}"' in handshake
+    assert "refusing it for %.0f s." in handshake and "self._refused_prefill_backoff: float = 30.0" in handshake
+    assert f"{fingerprint.DRAFT_PROBS_ENV} = EnvBool(False)" in draft_probs.read_text()
     for patch_file in (REPO / "images/sglang/patches/0.5.2").glob("*.patch"):
         assert "fingerprint" not in patch_file.read_text(), f"{patch_file.name}: 0.5.2 is documented as having none"

@@ -180,13 +180,14 @@ def test_router_with_the_wrong_bootstrap_port_fails_requests_visibly(stack: Stac
 
 
 def test_fingerprint_mismatch_is_refused_naming_the_field_0_5_23(stack: Stack) -> None:
-    """fingerprint-mismatch=abort: the request fails with the patch's message (the default crashes; see below)."""
-    url = start_pd(stack, "0.5.23", prefill=("hidden-size=2048",), decode=("fingerprint-mismatch=abort",))
+    """Patch 0002 (default `fingerprint-mismatch=abort`): the request fails with the message naming the prefill and
+    the field, on both the OpenAI route and a streamed /generate."""
+    url = start_pd(stack, "0.5.23", prefill=("hidden-size=2048",))
     status, raw, _ = request("POST", url + "/v1/chat/completions", {**BODIES["/v1/chat/completions"], "stream": False})
     assert status == 500, raw[:500]
-    assert "Speculative config mismatch between prefill and decode (draft_hidden_size: prefill=2048 decode=4096)" in (
-        raw.decode()
-    )
+    text = raw.decode()
+    assert f"Prefill server {stack.ip(1)}:8998 refused" in text
+    assert "Speculative config mismatch between prefill and decode (draft_hidden_size: prefill=2048 decode=4096" in text
     status, raw, _ = request("POST", url + "/generate", {**BODIES["/generate"], "stream": True})
     events = [e for e in sse_events(raw) if e != "[DONE]"]
     assert status == 200 and events, raw[:500]
@@ -194,10 +195,41 @@ def test_fingerprint_mismatch_is_refused_naming_the_field_0_5_23(stack: Stack) -
     assert finish["type"] == "abort" and finish["status_code"] == 500 and "draft_hidden_size" in finish["message"]
 
 
-def test_fingerprint_mismatch_crashes_the_0_5_23_decode_like_the_patched_scheduler(stack: Stack) -> None:
-    """Default: the RuntimeError kills the decode scheduler, so the server dies (SIGKILL via kill_process_tree)."""
+def test_mismatched_prefill_fails_alone_and_the_decode_keeps_serving_0_5_23(stack: Stack) -> None:
+    """One decode behind two prefills, one of them mismatched: its requests fail, the matched prefill's are served
+    by the same decode, which stays up (patch 0002 aborts per prefill instead of killing the server)."""
+    workers = [
+        stack.emulator("0.5.23", "prefill", 1, emulate=(*FAST, "hidden-size=2048"), env=FAST_ENV),
+        stack.emulator("0.5.23", "prefill", 4, emulate=FAST, env=FAST_ENV),
+        decode := stack.emulator("0.5.23", "decode", 2, emulate=FAST, env=FAST_ENV),
+    ]
+    for host, worker in zip((1, 4, 2), workers, strict=True):
+        wait_for(f"http://{stack.ip(host)}:30000/health", proc=worker)  # the router round-robins over healthy ones
+    second_prefill = ("--prefill", f"http://{stack.ip(4)}:30000", "8998")
+    router = stack.router(
+        "0.5.23", 1, 2, 3, extra=(*second_prefill, "--policy", "round_robin", "--worker-startup-check-interval", "1")
+    )
+    url = f"http://{stack.ip(3)}:30000"
+    wait_for(url + "/readiness", proc=router, timeout=60)
+    # smg retries a request the decode fails with 500 (on the other prefill, round robin): the client sees only
+    # successes, and each failure is the decode refusing prefill 1, not a dead decode.
+    for _ in range(6):
+        status, raw, _ = request("POST", url + "/v1/completions", {**BODIES["/v1/completions"], "stream": False})
+        assert status == 200, raw[:500]
+        assert report_of(json.loads(raw))["prefill_pod"] == "prefill-4"
+    assert metric(metrics_of(stack, 2), "sglang:num_bootstrap_failed_reqs_total") >= 1
+    log = decode.output()
+    assert f"Prefill server {stack.ip(1)}:8998 refused: Speculative config mismatch" in log
+    # Judged once, then refused for the back-off without asking its bootstrap server again.
+    assert log.count("refusing it for 30 s") == 1, log[-2000:]
+    assert decode.popen.poll() is None
+
+
+def test_fingerprint_mismatch_crash_mode_emulates_the_earlier_image_0_5_23(stack: Stack) -> None:
+    """`fingerprint-mismatch=crash`: the image before patch 0002's second pass, where the RuntimeError killed the
+    decode scheduler and so the server (SIGKILL via kill_process_tree)."""
     p = stack.emulator("0.5.23", "prefill", 1, emulate=(*FAST, "hidden-dtype=float32"), env=FAST_ENV)
-    d = stack.emulator("0.5.23", "decode", 2, emulate=FAST, env=FAST_ENV)
+    d = stack.emulator("0.5.23", "decode", 2, emulate=(*FAST, "fingerprint-mismatch=crash"), env=FAST_ENV)
     wait_for(f"http://{stack.ip(1)}:30000/health", proc=p)
     wait_for(f"http://{stack.ip(2)}:30000/health", proc=d)
     body = {**BODIES["/generate"], "bootstrap_host": stack.ip(1), "bootstrap_port": 8998, "bootstrap_room": 7}
