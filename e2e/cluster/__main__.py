@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     parser.add_argument("--dir", type=Path, default=None, help="state directory (default: .state/cluster)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok and helm")
+    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok, helm and promtool")
     up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
     up.add_argument("--port-base", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", "16379")))

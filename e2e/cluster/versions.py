@@ -6,6 +6,9 @@ KWOK = "v0.8.0"
 # helm v4 from its Go module: one toolchain (Go) builds every binary, and no wheel of a third party is trusted
 # with a static binary whose provenance we cannot check.
 HELM = "v4.3.2"
+# promtool, to check and unit-test the chart's alert rules (`promtool test rules`). Prometheus 3.x is published on the
+# module proxy as github.com/prometheus/prometheus v0.3XX.Y: v0.316.0 is Prometheus 3.16.0 (its VERSION file).
+PROMETHEUS = "v0.316.0"
 # k8s.io/kubernetes v1.37 declares `go 1.26.0` in its go.mod.
 GO_MIN = "1.26"
 

@@ -41,6 +41,13 @@ SHORT_BOOTSTRAP = [
     {"name": "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "value": "3"},
 ]
 """Decode-side SGLang timeouts (seconds) for tests where the handshake is meant to fail: fail fast, not in 300 s."""
+HEALTH = {
+    "DISAGGSPEC_HEALTH_INTERVAL_SECONDS": "2",
+    "DISAGGSPEC_HEALTH_WINDOW_SECONDS": "20",
+    "DISAGGSPEC_HEALTH_MIN_VERIFY_STEPS": "30",
+}
+"""Runtime-health measurement of the module's operator: every 2 s over 20 s (defaults 15 s over 300 s), so the
+conditions move within seconds; the thresholds (accept length 1.1, failures 0.05/s and at least 3) are the defaults."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ def plane() -> Iterator[Plane]:
         ensure_router_venv(profile.router)
     with private_cluster("serving", nodes=NODES, serving=True) as (local, cluster):
         log_path = local.directory / "operator.log"
-        operator = OperatorProcess(cluster.kubeconfig, log_path).start()
+        operator = OperatorProcess(cluster.kubeconfig, log_path, extra_env=HEALTH).start()
         try:
             with pod_runner(local.directory, cluster.kubeconfig):
                 yield Plane(local, cluster, operator)
@@ -291,3 +298,118 @@ def test_deleting_a_decode_pod_mid_stream_drains_it(plane: Plane, namespace: str
     assert after, f"nothing served after {victim} was gone:\n{_describe(report)}"
     failed_late = [o for o in report.failures if o.started > gone_at + 1]
     assert not failed_late, failed_late
+
+
+# ---- runtime health: SpecDecodeHealthy and TransferHealthy (issue 20) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unhealthy(plane: Plane) -> Iterator[Placed]:
+    """The EAGLE3 example whose decode accepts no draft token (`accept-length` 1.0), at 0.5.2 (no verify-step
+    counter: steps are estimated from tokens), and at 0.5.23 one whose prefill fails every KV transfer."""
+    rejecting = {"emulator.disaggspec.io/accept-length": "1.0"}
+    failing = {"emulator.disaggspec.io/fail": "transfer-failure"}
+    objects = {
+        "accept": _at_release(_variant("llama", decode={"podAnnotations": rejecting}), "0.5.2"),
+        "transfer": _at_release(
+            _variant("llama", prefill={"podAnnotations": failing}, decode={"env": SHORT_BOOTSTRAP}), "0.5.23"
+        ),
+    }
+    yield from _place(plane, objects)
+
+
+def _condition(cluster: Cluster, namespace: str, name: str, type_: str) -> dict[str, Any]:
+    conditions = get(cluster, namespace, "dss", name).get("status", {}).get("conditions", [])
+    return next((cond for cond in conditions if cond["type"] == type_), {})
+
+
+def _wait_condition(
+    cluster: Cluster, namespace: str, name: str, type_: str, status: str, timeout: float = 60
+) -> dict[str, Any]:
+    cluster.wait_for(
+        f"{type_}={status} on {namespace}/{name}",
+        lambda: _condition(cluster, namespace, name, type_).get("status") == status,
+        timeout=timeout,
+        interval=1,
+    )
+    return _condition(cluster, namespace, name, type_)
+
+
+def _event_reasons(cluster: Cluster, namespace: str) -> list[str]:
+    return [event["reason"] for event in get(cluster, namespace, "events")["items"]]
+
+
+def _set_accept_length(pod: dict[str, Any], value: float) -> None:
+    """The emulator's run-time knob (docs/serving-emulator.md): the emulated draft model gets better."""
+    body = json.dumps({"accept-length": str(value)}).encode()
+    url = f"http://{pod['status']['podIP']}:30000/emulator/options"
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+
+
+class _Background:
+    """Bounded traffic on a thread, for waiting on a condition while requests flow."""
+
+    def __init__(self, load: Load) -> None:
+        self.result: dict[str, Report] = {}
+        self.thread = threading.Thread(target=lambda: self.result.update(report=send(load)), daemon=True)
+        self.thread.start()
+
+    def join(self) -> Report:
+        self.thread.join(timeout=120)
+        return self.result["report"]
+
+
+def test_runtime_health_follows_the_accept_length_and_transfer_failures(plane: Plane, unhealthy: Placed) -> None:
+    cluster, operator = plane.cluster, plane.operator
+    (ns_a, obj_a), (ns_t, obj_t) = unhealthy["accept"], unhealthy["transfer"]
+    name_a, name_t = obj_a["metadata"]["name"], obj_t["metadata"]["name"]
+
+    # No traffic yet (the servers' own warm-up is far below the verify steps needed): Unknown, NoTraffic.
+    for namespace, name in ((ns_a, name_a), (ns_t, name_t)):
+        for type_ in ("SpecDecodeHealthy", "TransferHealthy"):
+            _wait_condition(cluster, namespace, name, type_, "Unknown")
+            cluster.wait_for(
+                f"{type_} NoTraffic on {name}",
+                lambda n=namespace, m=name, t=type_: _condition(cluster, n, m, t).get("reason") == "NoTraffic",
+                timeout=20,
+                interval=1,
+            )
+    assert operator.metric("disaggspec_spec_decode_healthy", namespace=ns_a, service=name_a) == -1
+    assert _condition(cluster, ns_a, name_a, "Ready")["status"] == "True"
+
+    # Under traffic, accept length 1.0: False within the window, naming the decode pod and its number.
+    url_a = router_url(cluster, ns_a, obj_a)
+    traffic = _Background(Load(url=url_a, model=served_model(obj_a), streams=4, requests=400, duration=25))
+    low = _wait_condition(cluster, ns_a, name_a, "SpecDecodeHealthy", "False", timeout=40)
+    decode_pod = ready_pods(cluster, ns_a, name_a, "decode")[0]
+    assert low["reason"] == "LowAcceptLength" and decode_pod["metadata"]["name"] in low["message"], low
+    assert "mean accept length 1.00 < 1.1" in low["message"], low
+    assert not traffic.join().failures
+    assert "LowAcceptLength" in _event_reasons(cluster, ns_a)
+    assert operator.metric("disaggspec_spec_decode_healthy", namespace=ns_a, service=name_a) == 0
+    assert operator.metric("disaggspec_spec_accept_length", namespace=ns_a, service=name_a) == 1.0
+    assert _condition(cluster, ns_a, name_a, "Ready")["status"] == "True"  # Ready stays about serving
+
+    # The draft model recovers (accept length 2, the chain's maximum): True again once the window has moved on.
+    _set_accept_length(decode_pod, 2.0)
+    traffic = _Background(Load(url=url_a, model=served_model(obj_a), streams=4, requests=2000, duration=45))
+    healthy = _wait_condition(cluster, ns_a, name_a, "SpecDecodeHealthy", "True", timeout=60)
+    assert healthy["reason"] == "AcceptLengthNormal", healthy
+    traffic.join()
+    assert "AcceptLengthRecovered" in _event_reasons(cluster, ns_a)
+    assert operator.metric("disaggspec_spec_decode_healthy", namespace=ns_a, service=name_a) == 1
+
+    # Every KV transfer fails: TransferHealthy turns False, naming the pods and the count.
+    url_t = router_url(cluster, ns_t, obj_t)
+    report = send(Load(url=url_t, model=served_model(obj_t), streams=4, requests=12, duration=30, timeout=20))
+    assert report.failures, _describe(report)
+    failing = _wait_condition(cluster, ns_t, name_t, "TransferHealthy", "False", timeout=30)
+    assert failing["reason"] == "TransferFailures" and f"{name_t}-prefill-" in failing["message"], failing
+    assert "TransferFailures" in _event_reasons(cluster, ns_t)
+    assert operator.metric("disaggspec_transfer_healthy", namespace=ns_t, service=name_t) == 0
+    assert operator.metric("disaggspec_transfer_failures_per_second", namespace=ns_t, service=name_t) > 0.05
+    assert (
+        operator.metric("disaggspec_pool_replicas", namespace=ns_t, service=name_t, pool="decode", state="ready") == 1
+    )

@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 
 from disaggspec import apply, cert_reload, config, handlers, health, leader, metrics, webhook_certs, webhookconfig
 from disaggspec.reconcile import Reconciler
+from disaggspec.servinghealth.monitor import Monitor
 
 
 def _api_client() -> k8s.ApiClient:
@@ -148,7 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
     handlers.RUNTIME.leader = elector
-    handlers.RUNTIME.reconciler = Reconciler(client, settings, client.post_event, services=handlers.RUNTIME.services)
+    monitor = Monitor(
+        settings.health,
+        list_pods=handlers.list_pool_pods,
+        services=handlers.RUNTIME.services.keys,
+        requeue=handlers.requeue,
+        is_leader=handlers.is_leader,
+    )
+    handlers.RUNTIME.health_monitor = monitor
+    handlers.RUNTIME.reconciler = Reconciler(
+        client, settings, client.post_event, services=handlers.RUNTIME.services, runtime_health=monitor.verdict
+    )
     handlers.RUNTIME.namespaces = namespaces
     if args.webhook == "on":
         cert, key, ca = args.webhook_cert, args.webhook_key, args.webhook_ca

@@ -18,7 +18,7 @@ class ConditionReason:
     """One (condition type, status, reason) the operator sets, and what a user should read into it."""
 
     condition: str
-    status: Literal["True", "False"]
+    status: Literal["True", "False", "Unknown"]
     reason: str
     meaning: str
 
@@ -138,6 +138,76 @@ DEGRADED_ROLLOUT_STUCK: Final = ConditionReason(
 )
 DEGRADED_AS_EXPECTED: Final = ConditionReason(c.CONDITION_DEGRADED, "False", "AsExpected", "No failure is known.")
 
+# ---- SpecDecodeHealthy and TransferHealthy (runtime health, measured off the reconcile path) -------------------------
+# Both judge the pods running now, whatever generation they were rendered from; observedGeneration is the generation
+# of the pass that wrote them. See docs/operator.md, "Runtime health".
+SPEC_DECODE_ACCEPTING: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "True",
+    "AcceptLengthNormal",
+    "The decode pods' mean accept length (`sglang:spec_accept_length`, weighted by verify steps) over the health "
+    "window is at or above the threshold; the message has the mean and each pod's.",
+)
+SPEC_DECODE_LOW_ACCEPT: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "False",
+    "LowAcceptLength",
+    "Under traffic, the decode pods' mean accept length over the window is below the threshold (1.0: no draft token "
+    "is accepted; a draft model that does not match the target, or a broken draft-state transfer). The message names "
+    "each decode pod with its accept length and verify steps.",
+)
+SPEC_DECODE_NO_TRAFFIC: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "Unknown",
+    "NoTraffic",
+    "Too few verify steps on the decode pods in the window to judge (operator setting "
+    "`DISAGGSPEC_HEALTH_MIN_VERIFY_STEPS`).",
+)
+SPEC_DECODE_NO_METRICS: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "Unknown",
+    "NoMetrics",
+    "No ready decode pod answered `/metrics` (or the Prometheus query failed); the message names the pods or the "
+    "error.",
+)
+SPEC_DECODE_NOT_MEASURED: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "Unknown",
+    "NotMeasured",
+    "No measurement yet (the first one comes within `DISAGGSPEC_HEALTH_INTERVAL_SECONDS` of the leader starting), "
+    "or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`).",
+)
+TRANSFER_OK: Final = ConditionReason(
+    c.CONDITION_TRANSFER_HEALTHY,
+    "True",
+    "NoTransferFailures",
+    "Requests were served in the window and bootstrap plus transfer failures stay at or below the threshold.",
+)
+TRANSFER_FAILING: Final = ConditionReason(
+    c.CONDITION_TRANSFER_HEALTHY,
+    "False",
+    "TransferFailures",
+    "Bootstrap plus transfer failures (`sglang:num_bootstrap_failed_reqs_total`, "
+    "`sglang:num_transfer_failed_reqs_total`) per second over the window exceed the threshold; the message names "
+    "each pod with its count. Whether RDMA or TCP carries the transfer is not judged: no supported SGLang release "
+    "exposes it (docs/operator.md).",
+)
+TRANSFER_NO_TRAFFIC: Final = ConditionReason(
+    c.CONDITION_TRANSFER_HEALTHY, "Unknown", "NoTraffic", "No request and no failure in the window."
+)
+TRANSFER_NO_METRICS: Final = ConditionReason(
+    c.CONDITION_TRANSFER_HEALTHY,
+    "Unknown",
+    "NoMetrics",
+    "No ready pool pod answered `/metrics` (or the Prometheus query failed); the message names the pods or the error.",
+)
+TRANSFER_NOT_MEASURED: Final = ConditionReason(
+    c.CONDITION_TRANSFER_HEALTHY,
+    "Unknown",
+    "NotMeasured",
+    "No measurement yet, or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`).",
+)
+
 CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     READY_ALL_REPLICAS,
     READY_ROLLOUT_IN_PROGRESS,
@@ -159,6 +229,16 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     DEGRADED_CHILD_REFUSED,
     DEGRADED_ROLLOUT_STUCK,
     DEGRADED_AS_EXPECTED,
+    SPEC_DECODE_ACCEPTING,
+    SPEC_DECODE_LOW_ACCEPT,
+    SPEC_DECODE_NO_TRAFFIC,
+    SPEC_DECODE_NO_METRICS,
+    SPEC_DECODE_NOT_MEASURED,
+    TRANSFER_OK,
+    TRANSFER_FAILING,
+    TRANSFER_NO_TRAFFIC,
+    TRANSFER_NO_METRICS,
+    TRANSFER_NOT_MEASURED,
 )
 """Every condition reason, in the order the conditions reference lists them."""
 
@@ -193,6 +273,19 @@ EVENT_NAMESPACE_DENIED: Final = EventReason(
     "turns NamespaceDenied).",
 )
 
+EVENT_LOW_ACCEPT_LENGTH: Final = EventReason(
+    SPEC_DECODE_LOW_ACCEPT.reason, "Warning", "SpecDecodeHealthy turned False (the message names the decode pods)."
+)
+EVENT_ACCEPT_LENGTH_RECOVERED: Final = EventReason(
+    "AcceptLengthRecovered", "Normal", "SpecDecodeHealthy turned True again after being False."
+)
+EVENT_TRANSFER_FAILURES: Final = EventReason(
+    TRANSFER_FAILING.reason, "Warning", "TransferHealthy turned False (the message names the pods and counts)."
+)
+EVENT_TRANSFER_RECOVERED: Final = EventReason(
+    "TransferRecovered", "Normal", "TransferHealthy turned True again after being False."
+)
+
 EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_SPEC_REJECTED,
     EVENT_CHILDREN_APPLIED,
@@ -202,5 +295,9 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_RENDER_FAILED,
     EVENT_ROLLOUT_STUCK,
     EVENT_NAMESPACE_DENIED,
+    EVENT_LOW_ACCEPT_LENGTH,
+    EVENT_ACCEPT_LENGTH_RECOVERED,
+    EVENT_TRANSFER_FAILURES,
+    EVENT_TRANSFER_RECOVERED,
 )
 """Every Event reason; Events are emitted only after the status write and only on transitions."""

@@ -1,4 +1,5 @@
-"""Operator-wide settings that are not part of any DisaggSpecService: router image, namespaces, resync period.
+"""Operator-wide settings that are not part of any DisaggSpecService: router image, namespaces, resync period, and how
+the serving pods' runtime health is measured (`HealthSettings`, `DISAGGSPEC_HEALTH_*`).
 
 Settings come from environment variables (the chart sets them from its values), parsed once at start-up by
 `from_env`; render receives the resulting frozen object, so render stays pure and testable with any settings. There is
@@ -9,7 +10,40 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+HealthSource = Literal["scrape", "prometheus", "off"]
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """How the operator judges SpecDecodeHealthy and TransferHealthy (docs/operator.md, "Runtime health")."""
+
+    source: HealthSource = "scrape"
+    """`scrape`: the leader reads each ready pool pod's `/metrics` itself; `prometheus`: it queries `prometheus_url`
+    (chosen whenever that is set); `off`: no measurement, both conditions stay Unknown (NotMeasured)."""
+    prometheus_url: str = ""
+    """Base URL of a Prometheus HTTP API (e.g. http://prometheus.monitoring:9090); empty: scrape the pods."""
+    interval_seconds: float = 15.0
+    """How often every service's pods are measured."""
+    window_seconds: float = 300.0
+    """The judgement looks at this much history (counter increases and the accept-length samples within it)."""
+    timeout_seconds: float = 2.0
+    """Per request (one pod's /metrics, one Prometheus query): a pod that does not answer costs at most this."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+    port: int = 30000
+    """The pool pods' SGLang HTTP port (the rendered `--port`)."""
+    min_accept_length: float = 1.1
+    """SpecDecodeHealthy is False when the window's mean accept length (tokens per verify step, bonus included) is
+    below this: 1.0 means no draft token is ever accepted."""
+    min_verify_steps: int = 50
+    """Verify steps the decode pods must have run in the window for a judgement; fewer: Unknown (NoTraffic)."""
+    max_failures_per_second: float = 0.05
+    """TransferHealthy is False when bootstrap plus transfer failures per second over the window exceed this..."""
+    min_failures: int = 3
+    """...and at least this many failures were counted (one stray failure is not a verdict)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +61,8 @@ class OperatorConfig:
     denied_namespaces: tuple[str, ...] = ("kube-system",)
     """Namespaces where the operator refuses to reconcile a service (renders no child there), whatever it watches: a
     guard for cluster-wide mode, where its ServiceAccount may create Deployments in any namespace."""
+    health: HealthSettings = field(default_factory=HealthSettings)
+    """Runtime health measurement (SpecDecodeHealthy, TransferHealthy)."""
 
 
 def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -50,6 +86,45 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         namespaces=namespaces,
         resync_seconds=resync_seconds,
         denied_namespaces=denied_namespaces,
+        health=health_from_env(env),
+    )
+
+
+def health_from_env(env: Mapping[str, str]) -> HealthSettings:
+    """`DISAGGSPEC_HEALTH_*`: SOURCE (scrape|off; PROMETHEUS_URL set means prometheus), PROMETHEUS_URL,
+    INTERVAL_SECONDS, WINDOW_SECONDS, TIMEOUT_SECONDS, CONCURRENCY, PORT, MIN_ACCEPT_LENGTH, MIN_VERIFY_STEPS,
+    MAX_FAILURES_PER_SECOND, MIN_FAILURES. Unset ones keep `HealthSettings`' defaults; a bad value raises."""
+    defaults = HealthSettings()
+    url = env.get("DISAGGSPEC_HEALTH_PROMETHEUS_URL", "").strip().rstrip("/")
+    source = env.get("DISAGGSPEC_HEALTH_SOURCE", "scrape").strip() or "scrape"
+    if source not in ("scrape", "off"):
+        raise ValueError(f"DISAGGSPEC_HEALTH_SOURCE must be scrape or off (set PROMETHEUS_URL instead), not {source!r}")
+    chosen: HealthSource = "off" if source == "off" else ("prometheus" if url else "scrape")
+
+    def number(key: str, default: float, minimum: float = 0.0) -> float:
+        raw = env.get(f"DISAGGSPEC_HEALTH_{key}")
+        if raw is None or not raw.strip():
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not value > minimum:
+            raise ValueError(f"DISAGGSPEC_HEALTH_{key} must be a number above {minimum:g}, not {raw!r}")
+        return value
+
+    return HealthSettings(
+        source=chosen,
+        prometheus_url=url,
+        interval_seconds=number("INTERVAL_SECONDS", defaults.interval_seconds),
+        window_seconds=number("WINDOW_SECONDS", defaults.window_seconds),
+        timeout_seconds=number("TIMEOUT_SECONDS", defaults.timeout_seconds),
+        concurrency=int(number("CONCURRENCY", defaults.concurrency)),
+        port=int(number("PORT", defaults.port)),
+        min_accept_length=number("MIN_ACCEPT_LENGTH", defaults.min_accept_length),
+        min_verify_steps=int(number("MIN_VERIFY_STEPS", defaults.min_verify_steps, minimum=-1)),
+        max_failures_per_second=number("MAX_FAILURES_PER_SECOND", defaults.max_failures_per_second, minimum=-1),
+        min_failures=int(number("MIN_FAILURES", defaults.min_failures, minimum=-1)),
     )
 
 

@@ -31,6 +31,7 @@ from disaggspec import constants as c
 from disaggspec.childcache import ChildCache, OwnerKey, ServiceCache
 from disaggspec.reconcile import Reconciler
 from disaggspec.rejection import check
+from disaggspec.servinghealth.monitor import Monitor
 from disaggspec.workqueue import WorkQueue
 
 log = logging.getLogger("disaggspec.handlers")
@@ -84,6 +85,8 @@ class Runtime:
     """When set, the reconcile workers start only once this replica leads."""
     informers: list[informer.Informer] = field(default_factory=list)
     """The child informers, once started."""
+    health_monitor: Monitor | None = None
+    """Measures the serving pods' runtime health (SpecDecodeHealthy, TransferHealthy); started with the workers."""
 
 
 RUNTIME = Runtime()
@@ -172,6 +175,35 @@ def _start_workers() -> None:
         RUNTIME.leader.wait_until_leader()
     log.info("starting %d workers", WORKERS)
     QUEUE.start(WORKERS)
+    if RUNTIME.health_monitor is not None and RUNTIME.health_monitor.settings.source != "off":
+        RUNTIME.health_monitor.start()
+
+
+POOL_POD_SELECTOR = f"{c.LABEL_ROLE} in ({c.ROLE_PREFILL},{c.ROLE_DECODE})"
+"""The pool pods of every service (routers carry the role label too, with another value)."""
+
+
+def list_pool_pods() -> list[dict[str, Any]]:
+    """Every pool pod in the watched namespaces (paged LISTs; the ClusterRole grants pods list)."""
+    client = _reconciler().client
+    pods: list[dict[str, Any]] = []
+    for namespace in RUNTIME.namespaces or (None,):
+        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        token = ""
+        while True:
+            query = {"labelSelector": POOL_POD_SELECTOR, "limit": str(LIST_CHUNK_SIZE * 5)}
+            if token:
+                query["continue"] = token
+            page = client.request("GET", path, query=query)
+            pods.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
+    return pods
+
+
+def is_leader() -> bool:
+    return RUNTIME.leader is None or RUNTIME.leader.is_leader()
 
 
 def _resync_keys() -> list[OwnerKey]:
@@ -223,6 +255,8 @@ async def on_service_event(*, type: str, body: kopf.Body, namespace: str | None,
     if type == "DELETED":
         RUNTIME.services.delete(dict(body))
         _reconciler().forget(namespace, name)
+        if RUNTIME.health_monitor is not None:
+            RUNTIME.health_monitor.forget(namespace, name)
         return
     # Not newer than the cache: the echo of this operator's own status write (already in the cache), or a state
     # delivered again after a re-list. Nothing to do.

@@ -6,16 +6,20 @@ read values without the process-wide default registry's collectors.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from disaggspec import health
+
+if TYPE_CHECKING:
+    from disaggspec.servinghealth.judge import Verdict
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -93,6 +97,70 @@ IS_LEADER = Gauge(
     "1 while this replica holds the leader Lease and reconciles, 0 otherwise.",
     registry=REGISTRY,
 )
+
+# ---- runtime health (issue 20): the judgements behind SpecDecodeHealthy / TransferHealthy, per service ------------
+SPEC_DECODE_HEALTHY = Gauge(
+    "disaggspec_spec_decode_healthy",
+    "SpecDecodeHealthy of each service: 1 True, 0 False, -1 Unknown.",
+    ["namespace", "service"],
+    registry=REGISTRY,
+)
+TRANSFER_HEALTHY = Gauge(
+    "disaggspec_transfer_healthy",
+    "TransferHealthy of each service: 1 True, 0 False, -1 Unknown.",
+    ["namespace", "service"],
+    registry=REGISTRY,
+)
+SPEC_ACCEPT_LENGTH = Gauge(
+    "disaggspec_spec_accept_length",
+    "Mean speculative accept length of the service's decode pods over the health window (absent when unknown).",
+    ["namespace", "service"],
+    registry=REGISTRY,
+)
+TRANSFER_FAILURES_PER_SECOND = Gauge(
+    "disaggspec_transfer_failures_per_second",
+    "Bootstrap plus KV transfer failures per second over the health window, all pool pods of the service.",
+    ["namespace", "service"],
+    registry=REGISTRY,
+)
+POOL_REPLICAS = Gauge(
+    "disaggspec_pool_replicas",
+    "Replicas of each pool (prefill, decode, router) of a service, desired and ready, from its Deployments.",
+    ["namespace", "service", "pool", "state"],
+    registry=REGISTRY,
+)
+
+_STATUS_VALUE = {"True": 1.0, "False": 0.0, "Unknown": -1.0}
+
+
+def record_runtime_health(namespace: str, service: str, verdict: Verdict) -> None:
+    """Set a service's runtime-health gauges from its latest verdict."""
+    SPEC_DECODE_HEALTHY.labels(namespace, service).set(_STATUS_VALUE[verdict.spec_decode.reason.status])
+    TRANSFER_HEALTHY.labels(namespace, service).set(_STATUS_VALUE[verdict.transfer.reason.status])
+    _set_or_remove(SPEC_ACCEPT_LENGTH, (namespace, service), verdict.accept_length)
+    _set_or_remove(TRANSFER_FAILURES_PER_SECOND, (namespace, service), verdict.failures_per_second)
+
+
+def _set_or_remove(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
+    if value is not None:
+        gauge.labels(*labels).set(value)
+        return
+    with contextlib.suppress(KeyError):  # never set
+        gauge.remove(*labels)
+
+
+def forget_runtime_health(namespace: str, service: str) -> None:
+    """Remove a deleted service's runtime-health series."""
+    for gauge in (SPEC_DECODE_HEALTHY, TRANSFER_HEALTHY, SPEC_ACCEPT_LENGTH, TRANSFER_FAILURES_PER_SECOND):
+        _set_or_remove(gauge, (namespace, service), None)
+
+
+def record_pool_replicas(namespace: str, service: str, pools: dict[str, tuple[int, int]] | None) -> None:
+    """Set (pool -> (desired, ready)) of a service; None removes its series (the service was deleted)."""
+    for pool in ("prefill", "decode", "router"):
+        for index, state in enumerate(("desired", "ready")):
+            labels = (namespace, service, pool, state)
+            _set_or_remove(POOL_REPLICAS, labels, None if pools is None else float(pools.get(pool, (0, 0))[index]))
 
 
 def count_rejection(rules: Iterable[str], where: Literal["admission", "reconcile"]) -> None:

@@ -13,6 +13,8 @@ Steps of `Reconciler.reconcile`:
   4. compute the status from the live Deployments (pure `status.compute`, a typed `DisaggSpecServiceStatus`);
   5. write the status (its `to_wire()` JSON) in one patch, only when it changed;
   6. only then emit Events (reasons from `conditions`), and only for transitions (a resync never repeats them).
+The runtime-health conditions (SpecDecodeHealthy, TransferHealthy) are the latest verdict of `servinghealth.Monitor`,
+read from memory: the measuring runs on its own thread and requeues a service when its verdict changes.
 Passes for one service are serialised by a per-service lock, because events of the service and of its children
 arrive on different threads. A pass never creates children for an owner that no longer exists: a service whose uid
 is tombstoned (deleted) is skipped, and a 404 on the status write evicts and tombstones it. A service in a denied
@@ -37,11 +39,14 @@ from disaggspec.childcache import ServiceCache
 from disaggspec.conditions import EventReason
 from disaggspec.config import OperatorConfig
 from disaggspec.rejection import ACCEPTED, Rejection, check
+from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
 
 log = logging.getLogger("disaggspec.reconcile")
 
 ChildrenFn = Callable[[str, str], list[dict[str, Any]]]
 """(namespace, service name) -> the live children, read when the pass holds the service's lock."""
+RuntimeHealthFn = Callable[[str, str], Verdict]
+"""(namespace, service name) -> the latest runtime-health verdict; never does I/O."""
 EventFn = Callable[[dict[str, Any], str, str, str], None]
 """(object, type Normal|Warning, reason, message) -> None."""
 
@@ -51,6 +56,12 @@ _DEGRADED_EVENTS: Mapping[str, EventReason] = {
     r.DEGRADED_CHILD_REFUSED.reason: r.EVENT_CHILD_REFUSED,
 }
 """The Warning Event announcing each reason Degraded turns True with."""
+
+_RUNTIME_EVENTS: Mapping[str, tuple[EventReason, EventReason]] = {
+    c.CONDITION_SPEC_DECODE_HEALTHY: (r.EVENT_LOW_ACCEPT_LENGTH, r.EVENT_ACCEPT_LENGTH_RECOVERED),
+    c.CONDITION_TRANSFER_HEALTHY: (r.EVENT_TRANSFER_FAILURES, r.EVENT_TRANSFER_RECOVERED),
+}
+"""Per runtime-health condition, the Events of its turning False and of its turning True again after False."""
 
 
 ROLLBACK_HOLD_SECONDS: tuple[float, ...] = (2.0, 5.0, 15.0, 30.0, 60.0)
@@ -134,6 +145,7 @@ class Reconciler:
         *,
         services: ServiceCache,
         clock: Callable[[], str] = _now,
+        runtime_health: RuntimeHealthFn | None = None,
     ):
         self.client = client
         self.config = config
@@ -141,6 +153,8 @@ class Reconciler:
         self.services = services
         """The watch-fed services (with this operator's own status writes); a miss GETs the service."""
         self.clock = clock
+        self.runtime_health: RuntimeHealthFn = runtime_health or (lambda namespace, name: NOT_MEASURED)
+        """The latest runtime-health verdict of a service (`servinghealth.Monitor.verdict`): an in-memory read."""
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._rolled_back: dict[tuple[str, str], set[str]] = {}
@@ -160,6 +174,8 @@ class Reconciler:
             self._rolled_back.pop((namespace, name), None)
             self._holds.pop((namespace, name), None)
         metrics.TALLY.record(f"{namespace}/{name}", None)
+        metrics.record_pool_replicas(namespace, name, None)
+        metrics.forget_runtime_health(namespace, name)
 
     def reconcile(self, namespace: str, name: str, children: ChildrenFn) -> None:
         """Reconcile the service `namespace/name` (nothing to do when it no longer exists).
@@ -295,6 +311,7 @@ class Reconciler:
             namespace if denied else None,
             refused=refused,
             render_error=render_error,
+            runtime=self.runtime_health(namespace, name),
         )
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
@@ -311,6 +328,10 @@ class Reconciler:
                 return
             self.services.put(updated)
         metrics.TALLY.record(f"{namespace}/{name}", {cond.type: cond.status for cond in new_status.conditions})
+        pools = {role: getattr(new_status, role) for role in status.POOLS}
+        metrics.record_pool_replicas(
+            namespace, name, {role: (pool.replicas or 0, pool.ready_replicas or 0) for role, pool in pools.items()}
+        )
         self._events(body, previous, new_status, rejection, result)
         if result.changed or written:
             log.info(
@@ -360,3 +381,9 @@ class Reconciler:
         degraded = after[c.CONDITION_DEGRADED]
         if degraded.status == "True" and before.get(c.CONDITION_DEGRADED, {}).get("message") != degraded.message:
             self._emit(body, _DEGRADED_EVENTS[str(degraded.reason)], degraded.message or "")
+        for type_, (unhealthy, recovered) in _RUNTIME_EVENTS.items():
+            now_status, was = after[type_].status, before.get(type_, {}).get("status")
+            if now_status == "False" and was != "False":
+                self._emit(body, unhealthy, after[type_].message or "")
+            elif now_status == "True" and was == "False":
+                self._emit(body, recovered, after[type_].message or "")

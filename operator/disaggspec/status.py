@@ -2,7 +2,8 @@
 
 Inputs are the spec generation, the spec's rejection (empty when it passed the rules), the live Deployments of the
 two pools and the router, and the outcome of applying the children. Output is the whole status as the typed model
-`DisaggSpecServiceStatus` with the four conditions, whose reasons all come from `conditions`; the caller writes its
+`DisaggSpecServiceStatus` with the six conditions (the runtime-health pair comes from `Observation.runtime`), whose
+reasons all come from `conditions`; the caller writes its
 `to_wire()` JSON. A condition's `lastTransitionTime` is carried over from the previous status unless its `status`
 changed, so a resync that sees nothing new computes exactly the previous status and the caller writes nothing.
 """
@@ -18,6 +19,7 @@ from disaggspec import constants as c
 from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus
 from disaggspec.conditions import ConditionReason
 from disaggspec.rejection import Rejection
+from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
 
 POOLS: tuple[str, ...] = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
 
@@ -45,6 +47,8 @@ class Observation:
     """Why the API server refuses a child (`childrefusal.explain`), when it does; nothing of the pass was applied."""
     render_error: str | None = None
     """The error rendering raised (a bug), when it did; no child was changed."""
+    runtime: Verdict = NOT_MEASURED
+    """The latest runtime-health verdict on the running pods (`servinghealth`), measured off the reconcile path."""
 
 
 def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
@@ -97,7 +101,8 @@ def _condition(reason: ConditionReason, message: str, generation: int) -> Condit
 
 
 def conditions(observation: Observation) -> list[Condition]:
-    """The four conditions, without transition times."""
+    """The six conditions, without transition times: Ready, SpecConfigConsistent, Progressing, Degraded, then the
+    runtime-health pair SpecDecodeHealthy and TransferHealthy (straight from the verdict)."""
     gen = observation.generation
     deployments = observation.deployments
     pending = [role for role in POOLS if not rolled_out(deployments.get(role))]
@@ -150,7 +155,11 @@ def conditions(observation: Observation) -> list[Condition]:
             "no children are created here; use another namespace",
             gen,
         )
-    return [ready, consistent, progressing, degraded]
+    runtime = [
+        _condition(judgement.reason, judgement.message, gen)
+        for judgement in (observation.runtime.spec_decode, observation.runtime.transfer)
+    ]
+    return [ready, consistent, progressing, degraded, *runtime]
 
 
 def compute(observation: Observation, previous: Mapping[str, Any] | None, now: str) -> DisaggSpecServiceStatus:

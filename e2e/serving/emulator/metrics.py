@@ -7,6 +7,7 @@ sees zeros before the first request (SGLang creates some children lazily; the va
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from e2e.serving.emulator import facts
 from e2e.serving.emulator.facts import Metric, VersionFacts
+
+DECODE_LOG_INTERVAL = 40
+"""Verify steps the accept-length gauge averages over: `--decode-log-interval`'s default (0.5.2 server_args.py:208)."""
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -56,6 +60,7 @@ class Metrics:
         self._spec_steps = 0
         self._spec_drafts = 0
         self._spec_proposed = 0
+        self._recent: deque[tuple[int, int, int, int]] = deque()
 
     def _base(self, metric: Metric) -> dict[str, str]:
         return self.labels.tokenizer if metric.scope == "tokenizer" else self.labels.scheduler
@@ -145,12 +150,18 @@ class Metrics:
         self._child("sglang:gen_throughput").set(gen_throughput)
 
     def observe_spec(self, *, tokens: int, steps: int, correct_drafts: int, proposed_drafts: int) -> None:
-        """Accept length = tokens per verify step, bonus token included (0.5.2 scheduler_metrics_mixin.py:200-231;
-        0.5.23 spec_accept_length / spec_accept_rate)."""
-        self._spec_tokens += tokens
-        self._spec_steps += steps
-        self._spec_drafts += correct_drafts
-        self._spec_proposed += proposed_drafts
+        """Accept length = tokens per verify step, bonus token included, over the last `DECODE_LOG_INTERVAL` verify
+        steps: SGLang sets the gauge every decode log interval from counters it then resets (0.5.2
+        scheduler_metrics_mixin.py:200-231; 0.5.23 scheduler_components/metrics_reporter.py:292, :968-973), so it
+        follows the model's current behaviour. Here it is updated per finished request, from the most recent
+        requests that cover at least that many steps."""
+        self._recent.append((tokens, steps, correct_drafts, proposed_drafts))
+        while len(self._recent) > 1 and sum(item[1] for item in list(self._recent)[1:]) >= DECODE_LOG_INTERVAL:
+            self._recent.popleft()
+        self._spec_tokens = sum(item[0] for item in self._recent)
+        self._spec_steps = sum(item[1] for item in self._recent)
+        self._spec_drafts = sum(item[2] for item in self._recent)
+        self._spec_proposed = sum(item[3] for item in self._recent)
         if self._spec_steps:
             self._child("sglang:spec_accept_length").set(self._spec_tokens / self._spec_steps)
         if self.has("sglang:spec_accept_rate") and self._spec_proposed:

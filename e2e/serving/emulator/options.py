@@ -148,6 +148,8 @@ _CONVERTERS: Final[dict[str, Callable[[str], Any]]] = {
     "bootstrap_port": _count,
 }
 KEYS: Final[tuple[str, ...]] = tuple(name.replace("_", "-") for name in _CONVERTERS)
+RUNTIME_KEYS: Final[tuple[str, ...]] = ("accept-length",)
+"""Keys `POST /emulator/options` may change while the server runs (the emulated model's behaviour only)."""
 
 
 def parse_options(items: Sequence[str]) -> EmulateOptions:

@@ -37,8 +37,8 @@ from aiohttp import web
 
 from e2e.serving.emulator import openai, pd, textgen
 from e2e.serving.emulator.engine import TOKEN_CAPACITY, Abort, Engine, GenRequest, new_rid
-from e2e.serving.emulator.facts import FAKE_BOOTSTRAP_HOST, VersionFacts, facts_for
-from e2e.serving.emulator.options import EmulateOptions
+from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts, facts_for
+from e2e.serving.emulator.options import RUNTIME_KEYS, EmulateOptions, OptionError, parse_options
 from e2e.serving.emulator.sglang_args import ServerConfig, flag_table
 
 log = logging.getLogger("emulator.server")
@@ -128,6 +128,7 @@ class EmulatorServer:
         add("GET", "/v1/models", self.v1_models)
         add("GET", "/v1/models/{model:.+}", self.v1_model)
         add("GET", "/ping", self.ping)
+        add("POST", EMULATOR_PREFIX + "options", self.set_options)
         if self.cfg.enable_metrics:
             # add_prometheus_middleware mounts the exporter at ^/metrics(?P<path>.*)$ (so /metrics/ works too).
             add("GET", "/metrics", self.metrics)
@@ -196,6 +197,28 @@ class EmulatorServer:
         if self.cfg.version == "0.5.2":
             return web.Response(status=200)
         return web.Response(status=200 if self._healthy() else 503)
+
+    # --- emulator-only: change the emulated model at run time ----------------------------------------------------
+
+    async def set_options(self, request: web.Request) -> web.Response:
+        """`POST /emulator/options` `{"accept-length": "1.0"}`: change what the emulated model does from the next
+        verify step on (only `RUNTIME_KEYS`: the model's behaviour, never SGLang's API); answers the new values."""
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or not body or set(body) - set(RUNTIME_KEYS):
+                raise OptionError(f"expected a JSON object with some of {', '.join(RUNTIME_KEYS)}")
+            given = parse_options([f"{key}={value}" for key, value in body.items()])
+        except (OptionError, ValueError) as error:
+            return web.json_response({"error": str(error)}, status=400)
+        changes = {key.replace("-", "_"): getattr(given, key.replace("-", "_")) for key in body}
+        if "accept_length" in changes:  # clamped as at start-up: 1 .. num draft tokens
+            cap = self.cfg.speculative_num_draft_tokens
+            accept = float(changes["accept_length"])
+            changes["accept_length"] = max(1.0, min(accept, float(cap)) if cap else accept)
+        self.options = dataclasses.replace(self.options, **changes)
+        self.engine.options = dataclasses.replace(self.engine.options, **changes)
+        log.info("emulator: options changed at run time: %s", changes)
+        return web.json_response({key.replace("_", "-"): value for key, value in changes.items()})
 
     # --- info -------------------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import yaml
 
 from disaggspec import apply, leader, webhookconfig
 from disaggspec.api import parse_service
-from disaggspec.config import OperatorConfig
+from disaggspec.config import HealthSettings, OperatorConfig, health_from_env
 from disaggspec.render import render
 from e2e.cluster import build
 
@@ -173,14 +173,33 @@ def test_helm_lint_strict() -> None:
         ("webhook.certManager.enabled=true",),
         ("replicaCount=2",),
         ("leaderElection.enabled=false", "--set-json=deniedNamespaces=[]"),
+        (
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.podMonitor.enabled=true",
+            "monitoring.grafanaDashboard.enabled=true",
+        ),
     ],
-    ids=["defaults", "no-webhook", "namespaces", "service-monitor", "cert-manager", "two-replicas", "no-election"],
+    ids=[
+        "defaults",
+        "no-webhook",
+        "namespaces",
+        "service-monitor",
+        "cert-manager",
+        "two-replicas",
+        "no-election",
+        "monitoring",
+    ],
 )
 def test_rendered_built_in_kinds_conform_to_the_kubernetes_schema(sets: tuple[str, ...], tmp_path: Path) -> None:
     objs = template(*sets)
     built_in = [o for o in objs if _group(o["apiVersion"]) in BUILT_IN_GROUPS]
     others = sorted(o["kind"] for o in objs if o not in built_in)
-    assert others in ([], ["ServiceMonitor"], ["Certificate", "Certificate", "Issuer", "Issuer"])
+    assert others in (
+        [],
+        ["ServiceMonitor"],
+        ["Certificate", "Certificate", "Issuer", "Issuer"],
+        ["PodMonitor", "PrometheusRule"],
+    )
     manifest = tmp_path / "rendered.yaml"
     manifest.write_text(yaml.safe_dump_all(built_in))
     result = subprocess.run(
@@ -309,6 +328,7 @@ def test_operator_args_and_env_follow_the_values() -> None:
         "DISAGGSPEC_ROUTER_IMAGE": "router:1",
         "DISAGGSPEC_RESYNC_SECONDS": "300",
         "DISAGGSPEC_DENIED_NAMESPACES": "kube-system",
+        **DEFAULT_HEALTH_ENV,
     }
     webhook = next(s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-webhook"))
     assert webhook["spec"]["ports"][0]["port"] == 9443
@@ -464,6 +484,53 @@ def test_webhook_timeout_and_denied_namespaces_follow_the_values() -> None:
     assert {e["name"]: e.get("value") for e in _container(template("--set-json=deniedNamespaces=[]"))["env"]}[
         "DISAGGSPEC_DENIED_NAMESPACES"
     ] == ""
+
+
+DEFAULT_HEALTH_ENV = {
+    "DISAGGSPEC_HEALTH_SOURCE": "scrape",
+    "DISAGGSPEC_HEALTH_PROMETHEUS_URL": "",
+    "DISAGGSPEC_HEALTH_INTERVAL_SECONDS": "15",
+    "DISAGGSPEC_HEALTH_WINDOW_SECONDS": "300",
+    "DISAGGSPEC_HEALTH_TIMEOUT_SECONDS": "2",
+    "DISAGGSPEC_HEALTH_CONCURRENCY": "8",
+    "DISAGGSPEC_HEALTH_MIN_ACCEPT_LENGTH": "1.1",
+    "DISAGGSPEC_HEALTH_MIN_VERIFY_STEPS": "50",
+    "DISAGGSPEC_HEALTH_MAX_FAILURES_PER_SECOND": "0.05",
+    "DISAGGSPEC_HEALTH_MIN_FAILURES": "3",
+}
+"""The runtime-health settings the chart's defaults render (the operator's own defaults, `HealthSettings`)."""
+
+
+def _health_settings(*values: str) -> HealthSettings:
+    env = {e["name"]: e.get("value", "") for e in _container(template(*values))["env"]}
+    return health_from_env(env)
+
+
+def test_runtime_health_values_reach_the_operator_settings() -> None:
+    assert _health_settings() == HealthSettings()  # the chart's defaults are the operator's
+    prometheus = _health_settings(
+        "runtimeHealth.prometheusUrl=http://prometheus.monitoring:9090",
+        "runtimeHealth.windowSeconds=600",
+        "--set-json=runtimeHealth.minAcceptLength=1.5",
+    )
+    assert prometheus.source == "prometheus" and prometheus.prometheus_url == "http://prometheus.monitoring:9090"
+    assert (prometheus.window_seconds, prometheus.min_accept_length) == (600, 1.5)
+    assert _health_settings("runtimeHealth.enabled=false").source == "off"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "runtimeHealth.prometheusUrl=prometheus:9090",
+        "runtimeHealth.intervalSeconds=0",
+        "runtimeHealth.concurrency=0",
+        "runtimeHealth.minVerifySteps=-1",
+        "runtimeHealth.scrapePort=1",
+    ],
+)
+def test_bad_runtime_health_values_fail_at_install(value: str) -> None:
+    result = helm("template", "rel", str(CHART), "--set", value, check=False)
+    assert result.returncode != 0 and "runtimeHealth" in result.stderr, result.stderr
 
 
 def test_every_value_is_documented_in_the_readme() -> None:

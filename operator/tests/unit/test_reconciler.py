@@ -19,6 +19,7 @@ from disaggspec import constants as c
 from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, HeldOff, Reconciler
+from disaggspec.servinghealth.judge import Judgement, Verdict
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import Event, FakeClient
 
@@ -394,3 +395,55 @@ def test_a_pass_refused_after_writing_rolls_back_and_holds_off_the_event_driven_
     _pass(reconciler, client)
     assert len(client.children(NAMESPACE, NAME)) == CHILD_COUNT
     assert _conditions(client)["Degraded"]["status"] == "False"
+
+
+def _verdict(spec: r.ConditionReason, transfer: r.ConditionReason) -> Verdict:
+    return Verdict(Judgement(spec, f"{spec.reason} here"), Judgement(transfer, f"{transfer.reason} there"), None, None)
+
+
+def test_runtime_health_is_written_with_the_status_and_announced_on_transitions_only() -> None:
+    client, reconciler = _converged()
+    current = {"verdict": _verdict(r.SPEC_DECODE_NO_TRAFFIC, r.TRANSFER_NO_TRAFFIC)}
+    reconciler.runtime_health = lambda namespace, name: current["verdict"]
+    _pass(reconciler, client)
+    conditions = _conditions(client)
+    ready_before = conditions["Ready"]
+    assert (conditions["SpecDecodeHealthy"]["status"], conditions["SpecDecodeHealthy"]["reason"]) == (
+        "Unknown",
+        "NoTraffic",
+    )
+    assert client.events == []
+
+    current["verdict"] = _verdict(r.SPEC_DECODE_LOW_ACCEPT, r.TRANSFER_FAILING)
+    client.reset()
+    _pass(reconciler, client)
+    assert client.writes == [("PATCH", _status_path())]  # one status write carries both conditions
+    assert sorted((e.type, e.reason, e.message) for e in client.events) == [
+        ("Warning", "LowAcceptLength", "LowAcceptLength here"),
+        ("Warning", "TransferFailures", "TransferFailures there"),
+    ]
+    assert _conditions(client)["Ready"] == ready_before  # Ready stays about serving
+
+    client.reset()
+    _pass(reconciler, client)  # same verdict: no write, no Event
+    assert client.writes == [] and client.events == []
+
+    current["verdict"] = _verdict(r.SPEC_DECODE_ACCEPTING, r.TRANSFER_OK)
+    _pass(reconciler, client)
+    assert sorted((e.type, e.reason) for e in client.events) == [
+        ("Normal", "AcceptLengthRecovered"),
+        ("Normal", "TransferRecovered"),
+    ]
+    assert (
+        metrics.REGISTRY.get_sample_value(
+            "disaggspec_pool_replicas", {"namespace": NAMESPACE, "service": NAME, "pool": "decode", "state": "desired"}
+        )
+        == 1
+    )
+    reconciler.forget(NAMESPACE, NAME)
+    assert (
+        metrics.REGISTRY.get_sample_value(
+            "disaggspec_pool_replicas", {"namespace": NAMESPACE, "service": NAME, "pool": "decode", "state": "desired"}
+        )
+        is None
+    )

@@ -8,6 +8,7 @@ from disaggspec import conditions as r
 from disaggspec import status
 from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus
 from disaggspec.rejection import ACCEPTED, Problem, Rejection
+from disaggspec.servinghealth.judge import Judgement, Verdict
 from disaggspec.status import Observation
 
 
@@ -84,6 +85,22 @@ def test_the_wire_form_is_the_camel_case_json_written_today() -> None:
                 "status": "False",
                 "reason": "AsExpected",
                 "message": "no failures",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+            {
+                "type": "SpecDecodeHealthy",
+                "status": "Unknown",
+                "reason": "NotMeasured",
+                "message": "not measured yet",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            },
+            {
+                "type": "TransferHealthy",
+                "status": "Unknown",
+                "reason": "NotMeasured",
+                "message": "not measured yet",
                 "observedGeneration": 3,
                 "lastTransitionTime": "T1",
             },
@@ -167,6 +184,28 @@ def test_a_render_failure_is_an_inconsistent_spec_that_changes_nothing() -> None
     assert conditions["Degraded"].status == "False"
 
 
+_RUNTIME_TYPES = ("SpecDecodeHealthy", "TransferHealthy")
+
+
+def test_runtime_health_conditions_come_straight_from_the_verdict() -> None:
+    verdict = Verdict(
+        Judgement(r.SPEC_DECODE_LOW_ACCEPT, "mean accept length 1.00 < 1.1 over the last 60s: d-1 1.00 (90 steps)"),
+        Judgement(r.TRANSFER_OK, "0 bootstrap/transfer failures for 30 requests in the last 60s (0.00/s)"),
+        1.0,
+        0.0,
+    )
+    conditions = _by_type(status.compute(Observation(7, ACCEPTED, {}, None, None, runtime=verdict), None, "T"))
+    spec = conditions["SpecDecodeHealthy"]
+    assert (spec.status, spec.reason, spec.observed_generation) == ("False", "LowAcceptLength", 7)
+    assert spec.message == verdict.spec_decode.message
+    assert (conditions["TransferHealthy"].status, conditions["TransferHealthy"].reason) == (
+        "True",
+        "NoTransferFailures",
+    )
+    # Ready is about serving only: a runtime-health verdict never changes it.
+    assert conditions["Ready"].reason == "RolloutInProgress"
+
+
 def test_every_reason_set_is_in_the_vocabulary() -> None:
     ready = _deployment(1, 1)
     stuck = _deployment(1, 0, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}])
@@ -181,6 +220,12 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, ACCEPTED, {}, None, None, refused="the API server refuses Deployment x: ..."),
         Observation(3, ACCEPTED, {}, None, None, render_error="rendering the children failed: ..."),
     ]
+    runtime = [reason for reason in r.CONDITION_REASONS if reason.condition in _RUNTIME_TYPES]
+    spec_decode = [reason for reason in runtime if reason.condition == "SpecDecodeHealthy"]
+    transfer = [reason for reason in runtime if reason.condition == "TransferHealthy"]
+    for one, other in zip(spec_decode, transfer, strict=True):
+        verdict = Verdict(Judgement(one, "m"), Judgement(other, "m"), None, None)
+        observations.append(Observation(3, ACCEPTED, {}, None, None, runtime=verdict))
     known = {(v.condition, v.status, v.reason) for v in r.CONDITION_REASONS}
     seen = {(cond.type, cond.status, cond.reason) for o in observations for cond in status.conditions(o)}
     assert seen <= known

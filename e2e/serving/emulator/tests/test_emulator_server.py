@@ -113,3 +113,31 @@ def test_sigterm_before_load_finishes_exits_cleanly(stack: Stack) -> None:
     assert request("GET", f"http://{stack.ip(1)}:30000/health", timeout=2)[0] == 0
     proc.popen.send_signal(signal.SIGTERM)
     assert proc.popen.wait(timeout=15) == 0
+
+
+def _gauge(base: str, name: str) -> float:
+    text = request("GET", base + "/metrics")[1].decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert values, name
+    return sum(values) / len(values)
+
+
+def test_accept_length_changes_at_run_time_and_the_gauge_follows_recent_steps(stack: Stack) -> None:
+    """`POST /emulator/options` changes the emulated draft model; `sglang:spec_accept_length` averages the last
+    40 verify steps (SGLang's decode log interval), so it follows the change instead of the whole history."""
+    args = [a for a in sglang_args("null") if a not in ("--disaggregation-mode", "null")]
+    proc = stack.emulator("0.5.23", "null", 1, emulate=("accept-length=1.0", "output-tokens=41"), args=args)
+    base = f"http://{stack.ip(1)}:30000"
+    wait_for(base + "/health", proc=proc)
+    generate = {"text": "x", "sampling_params": {"max_new_tokens": 41}}
+    assert request("POST", base + "/generate", generate, timeout=20)[0] == 200
+    assert _gauge(base, "sglang:spec_accept_length") == 1.0
+
+    status, raw, _ = request("POST", base + "/emulator/options", {"accept-length": "3"})
+    assert (status, json.loads(raw)) == (200, {"accept-length": 2.0})  # clamped to the 2 draft tokens
+    for _ in range(2):
+        assert request("POST", base + "/generate", generate, timeout=20)[0] == 200
+    assert _gauge(base, "sglang:spec_accept_length") == 2.0
+
+    assert request("POST", base + "/emulator/options", {"tokens-per-second": "5"})[0] == 400  # start-up only
+    assert request("POST", base + "/emulator/options", {"accept-length": "zero"})[0] == 400
