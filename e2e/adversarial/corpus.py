@@ -115,8 +115,11 @@ def _tp(role: str, size: int) -> dict[str, Any]:
 
 
 def _rdma_map(*keys: str) -> dict[str, Any]:
-    """An rdma block whose per-GPU NIC map has the four GPUs of the rdma example plus `keys`."""
+    """An rdma block with a static per-GPU NIC map of the rdma example's four GPUs plus `keys` (the example itself
+    now leaves the map to the start-time mapper)."""
     base = copy.deepcopy(BASES[R]["spec"]["transfer"]["rdma"])
+    base.pop("ibDevices", None)
+    base["ibDevicesPerGpu"] = {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"}
     base["ibDevicesPerGpu"].update({key: "mlx5_1" for key in keys})
     return {"spec.transfer.rdma": base}
 

@@ -33,10 +33,12 @@ from e2e.support.operator_install import wait_webhook_registered
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
 
 NAMESPACE: Final = "adversarial"
-CHILDREN: Final = 9
-"""Children of one service: the router's ServiceAccount, Role, RoleBinding, three Services, three Deployments."""
+CHILDREN: Final = 12
+"""Children of one service: the router's ServiceAccount, Role, RoleBinding, three Services, three
+PodDisruptionBudgets, three Deployments."""
 CHILD_KINDS: Final = (
-    "serviceaccounts,roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io,services,deployments.apps"
+    "serviceaccounts,roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io,services,"
+    "poddisruptionbudgets.policy,deployments.apps"
 )
 DEFAULT_PORT_BASE: Final = 18900
 PORTS_NEEDED: Final = 6
@@ -210,7 +212,7 @@ COLUMNS: Final = (
     ("degraded", lambda r: r.conditions.get("Degraded", {}).get("status") == "True"),
     ("degraded-http", lambda r: r.raw_http_degraded),
     ("no-status", lambda r: r.outcome == "no-status"),
-    ("all-9-applied", lambda r: r.outcome == "applied" and r.children == CHILDREN),
+    ("all-children-applied", lambda r: r.outcome == "applied" and r.children == CHILDREN),
     ("error", lambda r: r.admission == ERROR),
 )
 

@@ -123,7 +123,8 @@ class NodeShape:
     rdma_devices: int = 8
     cpu: str = "96"
     memory: str = "1Ti"
-    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    gpu_product: str = "NVIDIA-H200"
+    """The `nvidia.com/gpu.product` label of every node (H200: the DeepSeek example needs 141 GB GPUs)."""
 
 
 @dataclass
@@ -597,7 +598,7 @@ def fake_nodes(shape: NodeShape) -> list[dict[str, object]]:
         "cpu": shape.cpu,
         "memory": shape.memory,
         "pods": "110",
-        "ephemeral-storage": "1Ti",
+        "ephemeral-storage": "4Ti",  # an 8-GPU pod that downloads its weights requests 784Gi (render/sizing.py)
         GPU_RESOURCE: str(shape.gpus),
         RDMA_RESOURCE: str(shape.rdma_devices),
     }

@@ -173,8 +173,15 @@ def kind_config(settings: Settings) -> dict[str, Any]:
 # ---- the DisaggSpecService -----------------------------------------------------------------------------------------
 
 
+WORKSTATION_REQUESTS: Final = {"cpu": "2", "memory": "16Gi", "ephemeral-storage": "40Gi"}
+"""Requests of each pool pod on a kind cluster: Llama-3.1-8B plus its draft (about 17 GB of weights) on one GPU."""
+
+
 def _pool(settings: Settings, tcp_env: list[dict[str, str]]) -> dict[str, Any]:
-    pool: dict[str, Any] = {"replicas": 1, "tensorParallelSize": 1, "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    # The operator's default requests are sized for datacenter GPU nodes (cpu 8, memory 72Gi per 1-GPU pod); a kind
+    # cluster on a workstation runs both pools on one machine, so the pools ask for what an 8B model needs.
+    resources = {"limits": {"nvidia.com/gpu": 1}, "requests": dict(WORKSTATION_REQUESTS)}
+    pool: dict[str, Any] = {"replicas": 1, "tensorParallelSize": 1, "resources": resources}
     if tcp_env:
         pool["env"] = tcp_env
     if settings.extra_args:

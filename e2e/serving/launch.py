@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from disaggspec import constants as c
+from disaggspec.render.rdma import server_command
 from disaggspec.sglang.args import LAUNCH as SGLANG_LAUNCH
 from disaggspec.sglang.profiles import PROFILES, ROUTER_READY_HELPER, RouterProfile
 from e2e.serving.plan import Launcher, ProcessPlan, container_env
@@ -90,7 +91,8 @@ class ServingLauncher:
         self.admin_kubeconfig = admin_kubeconfig or os.environ.get("KUBECONFIG", "")
 
     def plan(self, pod: dict[str, Any], container: dict[str, Any]) -> ProcessPlan | None:
-        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        # With ibDeviceMapping Auto the server command sits behind the device-mapping wrapper; no node here has HCAs.
+        command = server_command([*(container.get("command") or []), *(container.get("args") or [])])
         pod_ip = str(pod.get("status", {}).get("podIP") or "")
         if not pod_ip:
             return None

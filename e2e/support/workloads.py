@@ -1,6 +1,6 @@
 """What the suites read and check on a cluster: examples, DisaggSpecServices, their children and rendered pods.
 
-Shared by the operator's integration tests and the end-to-end suite so both assert the same contract: the nine
+Shared by the operator's integration tests and the end-to-end suite so both assert the same contract: the twelve
 children a service owns, and the wiring of every prefill/decode pod (disaggregation mode, bootstrap port and
 annotation, fingerprint label, GPU and RDMA resources, IPC_LOCK without privileged, Multus networks).
 """
@@ -17,9 +17,13 @@ from e2e.support.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings"
+CHILD_KINDS = "deployments,services,poddisruptionbudgets,serviceaccounts,roles,rolebindings"
 DEFAULT_BOOTSTRAP_PORT = 8998
 DEFAULT_ROUTER_PORT = 30000
+
+
+ROLES = ("prefill", "decode", "router")
+"""The roles of the pods that serve (pool and router pods)."""
 
 
 def example(fragment: str) -> Path:
@@ -69,6 +73,7 @@ def expected_children(name: str) -> list[str]:
     return sorted(
         [f"Deployment/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"Service/{name}-{r}" for r in ("prefill", "decode", "router")]
+        + [f"PodDisruptionBudget/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"{k}/{name}-router" for k in ("ServiceAccount", "Role", "RoleBinding")]
     )
 
@@ -77,38 +82,52 @@ def child_names(cluster: Cluster, namespace: str, name: str) -> list[str]:
     return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, namespace, name))
 
 
+def _claims(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(claim name, access mode) of each claim an example's model reads: the weights volume, the model cache."""
+    model = obj["spec"]["model"]
+    found = []
+    volume = ((model.get("volume") or {}).get("persistentVolumeClaim") or {}).get("claimName")
+    if volume:
+        found.append((volume, "ReadOnlyMany"))
+    cache = ((model.get("cache") or {}).get("persistentVolumeClaim") or {}).get("claimName")
+    if cache:
+        found.append((cache, "ReadWriteMany"))
+    return found
+
+
 def provide_model_claim(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> None:
-    """Create the PersistentVolume and claim an example's model volume names (statically bound, no provisioner)."""
-    claim = ((obj["spec"]["model"].get("volume") or {}).get("persistentVolumeClaim") or {}).get("claimName")
-    if not claim:
-        return
-    volume = f"{namespace}-{claim}"[:63]
-    manifests = [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Ti"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "hostPath": {"path": "/models"},
-                "claimRef": {"namespace": namespace, "name": claim},
+    """Create the PersistentVolume and claim an example's model volume or model cache names (statically bound, no
+    provisioner)."""
+    manifests: list[dict[str, Any]] = []
+    for claim, mode in _claims(obj):
+        volume = f"{namespace}-{claim}"[:63]
+        manifests += [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Ti"},
+                    "accessModes": [mode],
+                    "storageClassName": "",
+                    "hostPath": {"path": "/models"},
+                    "claimRef": {"namespace": namespace, "name": claim},
+                },
             },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Ti"}},
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace},
+                "spec": {
+                    "accessModes": [mode],
+                    "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Ti"}},
+                },
             },
-        },
-    ]
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
+        ]
+    if manifests:
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
 
 
 def check_service_status(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -127,8 +146,9 @@ def check_rendered_pods(
 ) -> list[dict[str, Any]]:
     """Assert the wiring of every pod of service `obj` (see the module docstring); return the pods."""
     name = obj["metadata"]["name"]
-    found = pods(cluster, namespace, name)
-    assert {p["metadata"]["labels"]["disaggspec.io/role"] for p in found} == {"prefill", "decode", "router"}
+    # The serving pods only: a model-cache fill Job's pods carry the service label too.
+    found = [p for p in pods(cluster, namespace, name) if p["metadata"]["labels"].get("disaggspec.io/role") in ROLES]
+    assert {p["metadata"]["labels"]["disaggspec.io/role"] for p in found} == set(ROLES)
     transfer = obj["spec"].get("transfer", {})
     bootstrap = str(transfer.get("bootstrapPort", DEFAULT_BOOTSTRAP_PORT))
     for pod in found:

@@ -33,8 +33,10 @@ from e2e.support.workloads import example, get, load, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 
-NODES = 8
-"""Every example at once needs 42 GPUs: 8 nodes of 8."""
+NODES = 12
+"""Every example at once needs 42 GPUs, three whole 8-GPU nodes of them for DeepSeek's pods; the scheduler spreads the
+other nine pods (preferred topology spread, least-allocated scoring), so it is given enough nodes that three stay
+whole: 9 + 3."""
 EXAMPLES = ("llama", "eagle-topk", "deepseek", "rdma")
 SHORT_BOOTSTRAP = [
     {"name": "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "value": "3"},

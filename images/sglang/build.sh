@@ -20,6 +20,7 @@ esac
 patches=$(find "$here/patches/$version" -maxdepth 1 -name '*.patch' -printf '%f\n' | LC_ALL=C sort | paste -sd, -)
 read -r -a extra <<<"${BUILDX_FLAGS:-}"
 cmd=(docker buildx build "$here" --file "$here/Dockerfile"
+  --build-context "operator-src=$here/../../operator/disaggspec"
   --build-arg "SGLANG_VERSION=$version"
   --build-arg "SGLANG_IMAGE_TAG=${SGLANG_IMAGE_TAG:-$default_tag}"
   --build-arg "SGLANG_PATCHES=$patches"

@@ -63,8 +63,10 @@ ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
 SERVICE = Kind("v1", "Service", "services")
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+JOB = Kind("batch/v1", "Job", "jobs")
 # Every kind the operator renders, owns, watches and prunes.
-OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, DEPLOYMENT)
+OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, POD_DISRUPTION_BUDGET, DEPLOYMENT, JOB)
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
 SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
 EVENT = Kind("v1", "Event", "events")
@@ -292,8 +294,12 @@ class Client:
 # least-privilege ServiceAccount create a RoleBinding only when it already holds every permission the bound Role
 # grants (the escalation check), so a RoleBinding applied before its Role is refused (403, or 404 for the missing
 # Role), and each new service would flap to Degraded=True/ApplyFailed for a moment. Deployments go last too: their
-# pods run as the ServiceAccount and are reached through the Services.
-APPLY_WAVES: tuple[tuple[Kind, ...], ...] = ((SERVICE_ACCOUNT, ROLE, SERVICE), (ROLE_BINDING, DEPLOYMENT))
+# pods run as the ServiceAccount and are reached through the Services, and their PodDisruptionBudgets are in place
+# before the first pod can be evicted. The model cache's fill Job goes first: the pool pods wait for what it writes.
+APPLY_WAVES: tuple[tuple[Kind, ...], ...] = (
+    (SERVICE_ACCOUNT, ROLE, SERVICE, POD_DISRUPTION_BUDGET, JOB),
+    (ROLE_BINDING, DEPLOYMENT),
+)
 _WAVE_OF = {(kind.api_version, kind.kind): index for index, wave in enumerate(APPLY_WAVES) for kind in wave}
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")
 MAX_CONCURRENT_REQUESTS = 32

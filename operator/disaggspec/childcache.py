@@ -1,10 +1,10 @@
 """The operator's caches of live objects, fed by watch events: each object packed as compressed JSON bytes.
 
-`ChildCache` holds every Deployment, Service, ServiceAccount, Role and RoleBinding the operator owns, keyed by the
-service that owns it, for the life of the process, so a reconcile pass needs no LIST. As Python dicts a pool
-Deployment costs ~20 KiB; packed it is about a twentieth of that, and a pass unpacks only the nine objects of the
-service it works on. Packed entries are also single allocations, which do not pin the interpreter's small-object
-arenas the way millions of small dicts and strings do.
+`ChildCache` holds every Deployment, Service, PodDisruptionBudget, Job, ServiceAccount, Role and RoleBinding the
+operator owns, keyed by the service that owns it, for the life of the process, so a reconcile pass needs no LIST. As
+Python dicts a pool Deployment costs ~20 KiB; packed it is about a twentieth of that, and a pass unpacks only the
+twelve objects of the service it works on. Packed entries are also single allocations, which do not pin the
+interpreter's small-object arenas the way millions of small dicts and strings do.
 
 The cache is fed by the operator's own informers (`informer`): each LIST of a kind is authoritative (`replace`
 swaps that kind's entries for the listed ones, dropping what vanished during a watch gap), each watch event then

@@ -208,6 +208,40 @@ TRANSFER_NOT_MEASURED: Final = ConditionReason(
     "No measurement yet, or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`).",
 )
 
+# ---- ModelCached (only with spec.model.cache; absent otherwise) ---------------------------------------------------
+# Computed from the fill Job alone (status.model_cached). Absent without a model cache rather than Unknown: there is
+# nothing to wait for, and kubectl wait --for=condition=ModelCached has no meaning then. Absent too in a pass whose
+# spec did not render (rejected, denied namespace): the Job it would name says nothing about what runs.
+MODEL_CACHED_FILLED: Final = ConditionReason(
+    c.CONDITION_MODEL_CACHED,
+    "True",
+    "Filled",
+    "The fill Job of the current model, draft and tokenizer revisions completed: the cache holds them and the pool "
+    "pods' init containers let the servers start.",
+)
+MODEL_CACHED_FILLING: Final = ConditionReason(
+    c.CONDITION_MODEL_CACHED,
+    "False",
+    "Filling",
+    "The fill Job is running (or not created yet); the pool pods wait in their init container. While it runs, a "
+    "pool's exceeded progress deadline is not reported as RolloutStuck: the wait is expected.",
+)
+MODEL_CACHED_FILL_FAILED: Final = ConditionReason(
+    c.CONDITION_MODEL_CACHED,
+    "False",
+    "FillFailed",
+    "The fill Job failed (backoff limit reached); the message has the Job's reason and message. Look at the Job's "
+    "pod logs (a wrong repo id or revision, a missing or unauthorised HF token, a full volume); delete the Job to "
+    "retry: the operator creates it again.",
+)
+MODEL_CACHED_NODE_LOCAL: Final = ConditionReason(
+    c.CONDITION_MODEL_CACHED,
+    "Unknown",
+    "NodeLocal",
+    "The cache is a hostPath: each pool pod fills its own node's directory in its init container (fill-model-cache), "
+    "so there is no single fill to report; a pod still filling is not ready yet.",
+)
+
 CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     READY_ALL_REPLICAS,
     READY_ROLLOUT_IN_PROGRESS,
@@ -239,6 +273,10 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     TRANSFER_NO_TRAFFIC,
     TRANSFER_NO_METRICS,
     TRANSFER_NOT_MEASURED,
+    MODEL_CACHED_FILLED,
+    MODEL_CACHED_FILLING,
+    MODEL_CACHED_FILL_FAILED,
+    MODEL_CACHED_NODE_LOCAL,
 )
 """Every condition reason, in the order the conditions reference lists them."""
 
@@ -286,6 +324,13 @@ EVENT_TRANSFER_RECOVERED: Final = EventReason(
     "TransferRecovered", "Normal", "TransferHealthy turned True again after being False."
 )
 
+EVENT_MODEL_CACHE_FILLED: Final = EventReason(
+    "ModelCacheFilled", "Normal", "ModelCached turned True: the fill Job completed."
+)
+EVENT_MODEL_CACHE_FILL_FAILED: Final = EventReason(
+    "ModelCacheFillFailed", "Warning", "ModelCached turned False with FillFailed (once per message)."
+)
+
 EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_SPEC_REJECTED,
     EVENT_CHILDREN_APPLIED,
@@ -299,5 +344,7 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_ACCEPT_LENGTH_RECOVERED,
     EVENT_TRANSFER_FAILURES,
     EVENT_TRANSFER_RECOVERED,
+    EVENT_MODEL_CACHE_FILLED,
+    EVENT_MODEL_CACHE_FILL_FAILED,
 )
 """Every Event reason; Events are emitted only after the status write and only on transitions."""

@@ -63,3 +63,19 @@ CONDITION_SPEC_DECODE_HEALTHY: Final = "SpecDecodeHealthy"
 """The decode pods' mean speculative accept length over the health window is at or above the threshold."""
 CONDITION_TRANSFER_HEALTHY: Final = "TransferHealthy"
 """The pools' KV-transfer bootstrap and transfer failures over the health window stay below the threshold."""
+CONDITION_MODEL_CACHED: Final = "ModelCached"
+"""The model cache holds the spec's model, draft and tokenizer revisions (only with spec.model.cache)."""
+
+# ---- caches --------------------------------------------------------------------------------------------------------
+MODEL_CACHE_ENV: Final = ("HF_HOME", "HF_HUB_OFFLINE")
+"""What the operator sets on both pools with a model cache."""
+COMPILE_CACHE_ENV: Final = (
+    "SGLANG_CACHE_DIR",
+    "SGLANG_DG_CACHE_DIR",
+    "SGL_DG_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "FLASHINFER_WORKSPACE_BASE",
+    "CUDA_CACHE_PATH",
+)
+"""Every variable the operator may set with a compile cache (the DeepGEMM one is named per release)."""

@@ -65,6 +65,8 @@ MERGED_LISTS: Mapping[str, Mapping[str, ListKeys]] = {
     "ServiceAccount": {**_METADATA_LISTS, "secrets": ("name",)},
     "Role": _METADATA_LISTS,
     "RoleBinding": _METADATA_LISTS,
+    "PodDisruptionBudget": _METADATA_LISTS,
+    "Job": {**_METADATA_LISTS, **_pod_spec_lists("spec.template.spec")},
 }
 """Kind -> path of each associative list (`[]` marks a step into list items) -> its key."""
 

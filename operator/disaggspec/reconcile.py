@@ -34,11 +34,12 @@ from typing import Any
 from disaggspec import apply, childrefusal, metrics, render, status
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api import DisaggSpecServiceStatus
+from disaggspec.api import DisaggSpecService, DisaggSpecServiceStatus
 from disaggspec.childcache import ServiceCache
 from disaggspec.conditions import EventReason
 from disaggspec.config import OperatorConfig
 from disaggspec.rejection import ACCEPTED, Rejection, check
+from disaggspec.render import caches
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
 
 log = logging.getLogger("disaggspec.reconcile")
@@ -111,6 +112,19 @@ def render_failure(error: Exception, stage: str = "rendering the children") -> s
     """The SpecConfigConsistent message of a render (or validation) that raised."""
     what = f"{type(error).__name__}: {error}"
     return f"{stage} failed: {what}; this is a bug in the operator, please report it"
+
+
+def model_cache_observation(
+    service: DisaggSpecService | None, live: list[dict[str, Any]]
+) -> status.ModelCacheObservation | None:
+    """The model cache of `service` and its live fill Job, for the ModelCached condition (None: no model cache)."""
+    if service is None or service.spec.model.cache is None:
+        return None
+    if not caches.uses_fill_job(service):
+        return status.ModelCacheObservation(None)
+    name = caches.job_name(service)
+    job = next((obj for obj in live if obj["kind"] == apply.JOB.kind and obj["metadata"]["name"] == name), None)
+    return status.ModelCacheObservation(name, job)
 
 
 def _now() -> str:
@@ -312,6 +326,8 @@ class Reconciler:
             refused=refused,
             render_error=render_error,
             runtime=self.runtime_health(namespace, name),
+            # Only for a spec that rendered: a rejected spec's Job name says nothing about the children that run.
+            model_cache=model_cache_observation(service, live) if desired is not None else None,
         )
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
@@ -381,6 +397,15 @@ class Reconciler:
         degraded = after[c.CONDITION_DEGRADED]
         if degraded.status == "True" and before.get(c.CONDITION_DEGRADED, {}).get("message") != degraded.message:
             self._emit(body, _DEGRADED_EVENTS[str(degraded.reason)], degraded.message or "")
+        cached, was_cached = after.get(c.CONDITION_MODEL_CACHED), before.get(c.CONDITION_MODEL_CACHED, {})
+        if cached is not None and cached.status == "True" and was_cached.get("status") != "True":
+            self._emit(body, r.EVENT_MODEL_CACHE_FILLED, cached.message or "")
+        if (
+            cached is not None
+            and cached.reason == r.MODEL_CACHED_FILL_FAILED.reason
+            and was_cached.get("message") != cached.message
+        ):
+            self._emit(body, r.EVENT_MODEL_CACHE_FILL_FAILED, cached.message or "")
         for type_, (unhealthy, recovered) in _RUNTIME_EVENTS.items():
             now_status, was = after[type_].status, before.get(type_, {}).get("status")
             if now_status == "False" and was != "False":

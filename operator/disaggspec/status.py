@@ -1,8 +1,9 @@
 """Computes a DisaggSpecService's status from what reconcile saw; pure: no clock, no I/O.
 
 Inputs are the spec generation, the spec's rejection (empty when it passed the rules), the live Deployments of the
-two pools and the router, and the outcome of applying the children. Output is the whole status as the typed model
-`DisaggSpecServiceStatus` with the six conditions (the runtime-health pair comes from `Observation.runtime`), whose
+two pools and the router, the model cache's fill Job (with spec.model.cache), and the outcome of applying the
+children. Output is the whole status as the typed model `DisaggSpecServiceStatus` with the six conditions (the
+runtime-health pair comes from `Observation.runtime`), plus ModelCached when a model cache is set, whose
 reasons all come from `conditions`; the caller writes its
 `to_wire()` JSON. A condition's `lastTransitionTime` is carried over from the previous status unless its `status`
 changed, so a resync that sees nothing new computes exactly the previous status and the caller writes nothing.
@@ -29,6 +30,20 @@ _DEPLOYMENT_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 _DEPLOYMENT_REPLICA_FAILURE = "ReplicaFailure"
 
 
+_JOB_COMPLETE = "Complete"
+_JOB_FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class ModelCacheObservation:
+    """The model cache as reconcile saw it."""
+
+    job_name: str | None
+    """The fill Job the spec renders; None for a node-local (hostPath) cache, which the pool pods fill themselves."""
+    job: Mapping[str, Any] | None = None
+    """That Job as live (None: not created yet, or not seen yet)."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """Everything one reconcile pass learned, as plain data."""
@@ -49,6 +64,8 @@ class Observation:
     """The error rendering raised (a bug), when it did; no child was changed."""
     runtime: Verdict = NOT_MEASURED
     """The latest runtime-health verdict on the running pods (`servinghealth`), measured off the reconcile path."""
+    model_cache: ModelCacheObservation | None = None
+    """The model cache and its fill Job; None when spec.model.cache is unset (no ModelCached condition)."""
 
 
 def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
@@ -90,6 +107,32 @@ def stuck(deployment: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for condition in job.get("status", {}).get("conditions") or []:
+        if condition.get("type") == type_ and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def model_cached(cache: ModelCacheObservation) -> tuple[ConditionReason, str]:
+    """ModelCached's reason and message, from the fill Job alone (the Job controller's own conditions)."""
+    if cache.job_name is None:
+        return r.MODEL_CACHED_NODE_LOCAL, "hostPath cache: each pool pod fills its node's directory before it starts"
+    job = cache.job
+    if job is None:
+        return r.MODEL_CACHED_FILLING, f"Job {cache.job_name} is not created yet"
+    if _job_condition(job, _JOB_COMPLETE) is not None:
+        return r.MODEL_CACHED_FILLED, f"Job {cache.job_name} completed"
+    failed = _job_condition(job, _JOB_FAILED)
+    if failed is not None:
+        why = failed.get("message") or failed.get("reason") or "failed"
+        return r.MODEL_CACHED_FILL_FAILED, f"Job {cache.job_name} failed: {failed.get('reason', 'Failed')}: {why}"
+    status = job.get("status", {})
+    attempts = int(status.get("failed", 0))
+    retry = f", {attempts} failed attempt(s)" if attempts else ""
+    return r.MODEL_CACHED_FILLING, f"Job {cache.job_name} is downloading ({int(status.get('active', 0))} active{retry})"
+
+
 def _condition(reason: ConditionReason, message: str, generation: int) -> Condition:
     return Condition(
         type=reason.condition,
@@ -102,11 +145,15 @@ def _condition(reason: ConditionReason, message: str, generation: int) -> Condit
 
 def conditions(observation: Observation) -> list[Condition]:
     """The six conditions, without transition times: Ready, SpecConfigConsistent, Progressing, Degraded, then the
-    runtime-health pair SpecDecodeHealthy and TransferHealthy (straight from the verdict)."""
+    runtime-health pair SpecDecodeHealthy and TransferHealthy (straight from the verdict); then ModelCached when a
+    model cache is set."""
     gen = observation.generation
     deployments = observation.deployments
     pending = [role for role in POOLS if not rolled_out(deployments.get(role))]
-    blocked = {role: why for role in POOLS if (why := stuck(deployments.get(role))) is not None}
+    cache = None if observation.model_cache is None else model_cached(observation.model_cache)
+    filling = cache is not None and cache[0] == r.MODEL_CACHED_FILLING
+    # While the cache fills, the pool pods wait by design: a progress deadline passed then is not a stuck rollout.
+    blocked = {} if filling else {role: why for role in POOLS if (why := stuck(deployments.get(role))) is not None}
     rejected = bool(observation.rejection)
 
     if rejected:
@@ -159,7 +206,8 @@ def conditions(observation: Observation) -> list[Condition]:
         _condition(judgement.reason, judgement.message, gen)
         for judgement in (observation.runtime.spec_decode, observation.runtime.transfer)
     ]
-    return [ready, consistent, progressing, degraded, *runtime]
+    cached = [] if cache is None else [_condition(cache[0], cache[1], gen)]
+    return [ready, consistent, progressing, degraded, *runtime, *cached]
 
 
 def compute(observation: Observation, previous: Mapping[str, Any] | None, now: str) -> DisaggSpecServiceStatus:

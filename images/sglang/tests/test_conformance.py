@@ -24,7 +24,9 @@ sys.path.insert(0, str(REPO / "operator"))
 
 from disaggspec.api import effective_speculative, parse_service  # noqa: E402
 from disaggspec.config import OperatorConfig  # noqa: E402
+from disaggspec.ib_device_map import IMAGE_PATH  # noqa: E402
 from disaggspec.render import render  # noqa: E402
+from disaggspec.render.rdma import server_command  # noqa: E402
 from disaggspec.validation import validate  # noqa: E402
 
 VERSION = sglang_version()
@@ -73,10 +75,17 @@ def _value(parsed: argparse.Namespace, flag: str) -> Any:
 def test_rendered_command_parses_and_matches_the_spec(case: str, service: Any, role: str) -> None:
     manifests = render(service, OperatorConfig())
     deployment = next(m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith(role))
-    argv = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    argv = server_command(command)
     assert argv[:3] == LAUNCH
+    wrapped = command != argv  # ibDeviceMapping Auto: the start-time NIC mapper execs the server command
+    if wrapped:
+        # What the mapper appends for a 2-GPU container, in the form the operator told it this release reads.
+        form = command[command.index("--form") + 1]
+        argv = [*argv, "--disaggregation-ib-device", '{"0":"mlx5_0","1":"mlx5_1"}' if form == "map" else "mlx5_0"]
     parsed, unknown = PARSER.parse_known_args(argv[3:])
     assert unknown == [], f"flags sglang {VERSION} does not know: {unknown}"
+    assert not wrapped or command[:2] == ["python3", IMAGE_PATH]
 
     spec = service.spec
     pool = spec.prefill if role == "prefill" else spec.decode

@@ -39,6 +39,10 @@ DEFAULT_ROUTER_PORT: Final = 30000
 """The router's HTTP port (sglang-router's own default)."""
 ROUTER_METRICS_PORT: Final = 29000
 """The router's Prometheus port (sglang-router's own default); its HTTP port must differ."""
+DEFAULT_GPUS_PER_NODE: Final = 8
+"""GPUs on one node of the usual GPU server (HGX/DGX H100, H200, B200, MI300X): the default bound of a pod's GPUs."""
+DEFAULT_DRAIN_SECONDS: Final = 600
+"""How long a pool pod may take to finish its requests after it is asked to stop (terminationGracePeriodSeconds)."""
 
 # Bounds that keep CEL cost estimates finite; generous for any real manifest.
 _MAX_STR: Final = 1024
@@ -60,6 +64,7 @@ FreeForm = dict[str, Any]
 ModelDtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN"]
 TransferBackend = Literal["mooncake", "nixl", "mooncake_tcp", "mori", "ascend", "fake"]
+IbDeviceMapping = Literal["Auto", "Static"]
 KvCacheDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_mx_block16", "mxfp8", "nvfp4"]
 DraftKvCacheDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
 RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two"]
@@ -128,7 +133,7 @@ class HostPathVolume(SpecModel):
     path: str = Field(
         min_length=1,
         max_length=_MAX_STR,
-        description="Directory on the node holding the weights: an absolute path without '..' segments.",
+        description="Directory on the node (the weights, or a cache): an absolute path without '..' segments.",
     )
 
 
@@ -154,6 +159,27 @@ class ModelVolume(SpecModel):
         description="Where the volume is mounted in the SGLang containers; model.path and draftModel.path may "
         "point below it. An absolute path without '.', '..' or empty segments, and not /, nor under /dev (where the "
         "operator mounts /dev/shm and the device plugins put GPUs and NICs), /proc or /sys.",
+    )
+
+
+class CacheClaim(SpecModel):
+    """An existing PersistentVolumeClaim in the service's namespace that a cache lives on (mounted read-write)."""
+
+    claim_name: Name = Field(description="Name of the PersistentVolumeClaim (a DNS subdomain).")
+
+
+class CacheVolume(SpecModel):
+    """A persistent directory the servers keep files in across restarts. Set exactly one source."""
+
+    persistent_volume_claim: CacheClaim | None = Field(
+        default=None,
+        description="A PersistentVolumeClaim shared by every pool pod: its access mode must let all of them mount it "
+        "at once, on different nodes (ReadWriteMany, e.g. NFS, CephFS, Lustre, a cloud file store).",
+    )
+    host_path: HostPathVolume | None = Field(
+        default=None,
+        description="A directory on each node (e.g. a local NVMe): node-local, filled once per node. The operator "
+        "creates it if missing (DirectoryOrCreate).",
     )
 
 
@@ -190,6 +216,15 @@ class ModelSpec(SpecModel):
         "with '-'.",
     )
     volume: ModelVolume | None = Field(default=None, description="Volume holding the weights, if not downloaded.")
+    cache: CacheVolume | None = Field(
+        default=None,
+        description="A Hugging Face cache the weights are downloaded into once instead of into every pod. Mounted "
+        "on both pools at /model-cache with HF_HOME=/model-cache and HF_HUB_OFFLINE=1: the servers never download. "
+        "With persistentVolumeClaim (ReadWriteMany) a Job (<name>-cache-<hash>) fills it once per model, draft and "
+        "tokenizer revision and each pool pod waits in an init container until the Job has written its marker; "
+        "status condition ModelCached follows the Job. With hostPath each pool pod fills its own node's directory "
+        "in an init container (ModelCached is Unknown, NodeLocal). Exclusive with volume.",
+    )
     hf_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret key holding a Hugging Face token (exported as HF_TOKEN) for gated repos."
     )
@@ -317,8 +352,9 @@ class RdmaSpec(SpecModel):
         Field(
             default_factory=list,
             max_length=MAX_GPUS_PER_POD,
-            description="InfiniBand devices every GPU of a pod may use (--disaggregation-ib-device as a comma list). "
-            "Use either this or ibDevicesPerGpu.",
+            description="InfiniBand devices a pod may use. With ibDeviceMapping Auto, the HCAs the start-time mapping "
+            "may pick from (empty: every RDMA device the pod sees); with Static, the devices every GPU uses "
+            "(--disaggregation-ib-device as a comma list). Use either this or ibDevicesPerGpu.",
         )
     )
     ib_devices_per_gpu: Annotated[
@@ -336,17 +372,39 @@ class RdmaSpec(SpecModel):
         Field(max_length=MAX_GPUS_PER_POD),
     ] = Field(
         default_factory=dict,
-        description="InfiniBand devices per GPU index (process-visible), for example {'0': mlx5_0, '1': mlx5_0, "
-        "'2': mlx5_1}; a value may be a comma list. Keys are decimal GPU indexes without sign or leading zeros. Must "
-        "name every GPU of both pools. SGLang 0.5.23 only.",
+        description="A static InfiniBand device map (ibDeviceMapping Static) per GPU index as the container sees it "
+        "(0..n-1, not the node's GPU number), for example {'0': mlx5_0, '1': mlx5_0, '2': mlx5_1}; a value may be a "
+        "comma list. Keys are decimal GPU indexes without sign or leading zeros. Must name every GPU of both pools, "
+        "and both pools' pods must take whole nodes (GPUs per pod equal to gpusPerNode): a pod with part of a node "
+        "gets GPUs anywhere on it, so fixed indexes can point at the other socket's NICs. SGLang 0.5.23 only.",
+    )
+    ib_device_mapping: IbDeviceMapping | None = Field(
+        default=None,
+        description="How each GPU's InfiniBand devices are chosen. Auto: at container start a wrapper in the "
+        "project's SGLang image (/opt/disaggspec/ib_device_map.py) maps every GPU of the pod to its nearest RDMA "
+        "device (same PCIe switch, else same NUMA node, else any; only ibDevices when given) and passes the result "
+        "as --disaggregation-ib-device (a per-GPU map on 0.5.23, the chosen devices as a list on 0.5.2) and "
+        "NCCL_IB_HCA; without a device found, the transfer engine picks its own. Needs the project's image. Static: "
+        "ibDevices or ibDevicesPerGpu rendered as given (nothing given: no device flag). Unset: Static when "
+        "ibDevicesPerGpu is set, else Auto.",
     )
     gid_index: int | None = Field(
-        default=None, ge=0, le=255, description="RoCE GID index (exported as MC_GID_INDEX and NCCL_IB_GID_INDEX)."
+        default=None,
+        ge=0,
+        le=255,
+        description="RoCE GID index (exported as MC_GID_INDEX and NCCL_IB_GID_INDEX, and as UCX_IB_GID_INDEX with the "
+        "nixl backend).",
     )
     host_network: bool = Field(
         default=False,
         description="Run pool pods in the host network namespace (for NICs not exposed through Multus).",
     )
+
+    def effective_mapping(self) -> IbDeviceMapping:
+        """ibDeviceMapping, or its default: Static when a per-GPU map is given, else Auto."""
+        if self.ib_device_mapping is not None:
+            return self.ib_device_mapping
+        return "Static" if self.ib_devices_per_gpu else "Auto"
 
 
 class TransferSpec(SpecModel):
@@ -424,6 +482,14 @@ class EngineSpec(SpecModel):
         max_length=_MAX_STR,
         pattern=_SERVER_PATH_PATTERN,
         description="Built-in chat template name or template file path (--chat-template); unset uses the tokenizer's.",
+    )
+    compile_cache: CacheVolume | None = Field(
+        default=None,
+        description="A persistent cache of compiled kernels (Triton, DeepGEMM JIT, FlashInfer, TorchInductor, CUDA), "
+        "mounted on both pools at /compile-cache with SGLANG_CACHE_DIR, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, "
+        "FLASHINFER_WORKSPACE_BASE, CUDA_CACHE_PATH and the DeepGEMM cache variable pointing into it, so a restarted "
+        "server skips minutes of JIT compilation. A ReadWriteMany claim shared by every pod, or a hostPath per node. "
+        "Separate from model.cache (HF_HOME is never under it). Not part of the spec fingerprint.",
     )
     extra_args: list[Annotated[str, Field(max_length=_MAX_STR)]] = Field(
         default_factory=list,
@@ -513,8 +579,9 @@ class EnvVar(SpecModel):
         description="Variable name: a C identifier (letters, digits and '_', not starting with a digit), the names "
         "shells and SGLang can read. Rejected: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (the device plugin "
         "sets them), names the operator sets from typed fields (SGLANG_ENABLE_DISAGG_SAMPLING_MASK, MC_GID_INDEX, "
-        "NCCL_IB_GID_INDEX, and HF_TOKEN with model.hfTokenSecretRef), and with spec.transfer.rdma set the MC_*, "
-        "UCX_* and NCCL_IB_* families the transfer engines read.",
+        "NCCL_IB_GID_INDEX, UCX_IB_GID_INDEX, HF_TOKEN with model.hfTokenSecretRef, HF_HOME and HF_HUB_OFFLINE "
+        "with model.cache, the compile cache variables with engine.compileCache), and with spec.transfer.rdma set "
+        "the MC_*, UCX_* and NCCL_IB_* families the transfer engines read.",
     )
     value: str | None = Field(default=None, max_length=_MAX_ARG, description="Literal value.")
     value_from: EnvVarSource | None = Field(
@@ -661,6 +728,51 @@ class Affinity(SpecModel):
     pod_anti_affinity: PodAffinity | None = Field(default=None, description="Pod anti-affinity, as in a Pod spec.")
 
 
+SpreadMode = Literal["Preferred", "Required", "Off"]
+MaxUnavailable = int | Annotated[str, Field(max_length=4)]
+"""A count or a percentage; its form is the rule `disruption-max-unavailable` (an int-or-string schema node keeps
+no pattern or bounds, so the check is CEL)."""
+_DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class PoolLifecycle(SpecModel):
+    """How long a server pod may take to start and to stop. The probes, the preStop pause, the grace period and the
+    Deployment's progress deadline are all derived from these two numbers (docs/operator.md, Lifecycle)."""
+
+    startup_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=86400,
+        description="How long a server may take from start to ready (download and load weights, capture CUDA "
+        "graphs) before the kubelet restarts it; the startup probe allows at least this long. Unset: 1800, or 3600 "
+        "when a pod has 8 or more GPUs (a DeepSeek-class model, hundreds of GB of weights). The Deployment's "
+        "progressDeadlineSeconds is startupSeconds + drainSeconds + 600, so a slow but healthy rollout is not "
+        "reported as stuck (Degraded, RolloutStuck).",
+    )
+    drain_seconds: int = Field(
+        default=DEFAULT_DRAIN_SECONDS,
+        ge=30,
+        le=86400,
+        description="How long a server pod may take to stop (terminationGracePeriodSeconds): first a preStop pause "
+        "that lets the router and the Service see the pod leave, then SGLang's own drain on SIGTERM, which finishes "
+        "the requests in flight before exiting. Long generations need a longer drain; SIGKILL ends whatever is "
+        "left. The router's grace period is at least the larger drainSeconds of the two pools.",
+    )
+
+
+class DisruptionSpec(SpecModel):
+    """The PodDisruptionBudget the operator renders for a pool (or the router): how many of its pods a voluntary
+    disruption (a node drain, a cluster upgrade) may take down at once."""
+
+    max_unavailable: MaxUnavailable = Field(
+        default=1,
+        description="Pods an eviction may leave unavailable at once: a count (0 blocks every voluntary eviction, so "
+        "drains wait for you) or a percentage from 0% to 100% such as '25%'. Pods that are not ready (still "
+        "starting, or crash-looping) may always be evicted (unhealthyPodEvictionPolicy AlwaysAllow), so a broken "
+        "pod never blocks a node drain.",
+    )
+
+
 class PoolSpec(SpecModel):
     """One pool of SGLang servers (prefill or decode): size, parallelism, scheduling and its draft overrides."""
 
@@ -669,7 +781,12 @@ class PoolSpec(SpecModel):
         default=1, ge=1, le=MAX_GPUS_PER_POD, description="GPUs one server shards the model over (--tp-size)."
     )
     resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements, description="Resources of the SGLang container."
+        default_factory=ResourceRequirements,
+        description="Resources of the SGLang container. Unset cpu, memory and ephemeral-storage requests are sized "
+        "from the pod's GPUs (cpu 4 + 4 per GPU; memory the /dev/shm size + 16Gi + 24Gi per GPU; without "
+        "model.volume or model.cache, ephemeral-storage 16Gi + 96Gi per GPU for the downloaded weights); each key "
+        "given here wins. No cpu or memory limit is set unless given (Burstable); limits equal to the requests make "
+        "the pods Guaranteed.",
     )
     node_selector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
         default_factory=dict, description="Node labels a pool pod requires: label keys and label values."
@@ -702,6 +819,34 @@ class PoolSpec(SpecModel):
     speculative: PoolSpeculativeSpec | None = Field(
         default=None,
         description="This pool's overrides of spec.speculative; its effective settings must match the other pool's.",
+    )
+    gpus_per_node: int = Field(
+        default=DEFAULT_GPUS_PER_NODE,
+        ge=1,
+        le=MAX_GPUS_PER_POD,
+        description="GPUs on one node this pool runs on. A pool pod is one SGLang server on one node, so its GPUs "
+        "(tensorParallelSize, or resources.limits[nvidia.com/gpu]) may not exceed it; multi-node pools are not "
+        "supported yet (see the LeaderWorkerSet issue).",
+    )
+    lifecycle: PoolLifecycle = Field(
+        default_factory=PoolLifecycle, description="Start-up and drain budgets of this pool's server pods."
+    )
+    disruption: DisruptionSpec = Field(
+        default_factory=DisruptionSpec, description="The PodDisruptionBudget of this pool."
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_NAME,
+        pattern=_DNS_SUBDOMAIN,
+        description="PriorityClass of this pool's pods (a DNS subdomain), so the scheduler may preempt less "
+        "important pods for them; unset uses the cluster's default priority.",
+    )
+    spread: SpreadMode = Field(
+        default="Preferred",
+        description="How this pool's replicas spread over nodes (a topology spread constraint on "
+        "kubernetes.io/hostname, maxSkew 1): Preferred (the scheduler tries; ScheduleAnyway), Required (a replica "
+        "waits rather than share a node; DoNotSchedule) or Off. Replicas on different nodes survive the loss of one.",
     )
 
 
@@ -738,7 +883,23 @@ class RouterSpec(SpecModel):
     )
     service_type: ServiceType = Field(default="ClusterIP", description="Type of the router's Service.")
     resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements, description="Resources of the router container."
+        default_factory=ResourceRequirements,
+        description="Resources of the router container. Unset requests default to cpu 1 and memory 1Gi (a router "
+        "proxies every request and, with cache_aware, keeps a prefix tree per worker); each key given here wins.",
+    )
+    disruption: DisruptionSpec = Field(
+        default_factory=DisruptionSpec, description="The PodDisruptionBudget of the router."
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_NAME,
+        pattern=_DNS_SUBDOMAIN,
+        description="PriorityClass of the router pods (a DNS subdomain); unset uses the cluster's default priority.",
+    )
+    spread: SpreadMode = Field(
+        default="Preferred",
+        description="How router replicas spread over nodes: Preferred, Required or Off, as spec.<pool>.spread.",
     )
 
 

@@ -1,7 +1,9 @@
 """Renders a DisaggSpecService into its child manifests; pure: no clock, no environment, no I/O, stable order.
 
-`render(service, config)` returns, in apply order: the router's ServiceAccount, Role and RoleBinding, the prefill,
-decode and router Services, then the prefill, decode and router Deployments. Callers validate first: render assumes
+`render(service, config)` returns, in apply order: the router's ServiceAccount, Role and RoleBinding, the model
+cache's fill Job (with a claim-backed `spec.model.cache`), the prefill,
+decode and router Services, the prefill, decode and router PodDisruptionBudgets, then the prefill, decode and router
+Deployments. Callers validate first: render assumes
 a spec that passed the rule table.
 """
 
@@ -12,7 +14,7 @@ from typing import Any
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService
 from disaggspec.config import OperatorConfig
-from disaggspec.render import pool, router
+from disaggspec.render import caches, pool, router
 from disaggspec.render.names import fingerprint
 
 __all__ = ["endpoint", "fingerprint", "render"]
@@ -27,9 +29,13 @@ def render(service: DisaggSpecService, config: OperatorConfig) -> list[dict[str,
     fp = fingerprint(service)
     return [
         *router.rbac(service),
+        *caches.fill_job(service),
         pool.headless_service(service, c.ROLE_PREFILL),
         pool.headless_service(service, c.ROLE_DECODE),
         router.service_(service),
+        pool.disruption_budget(service, c.ROLE_PREFILL),
+        pool.disruption_budget(service, c.ROLE_DECODE),
+        router.disruption_budget(service),
         pool.deployment(service, c.ROLE_PREFILL, fp),
         pool.deployment(service, c.ROLE_DECODE, fp),
         router.deployment(service, config, fp),

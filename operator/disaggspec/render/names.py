@@ -25,6 +25,8 @@ LATER_ENGINE_FIELDS: Final = frozenset(
 )
 """Engine fields added after the fingerprint's first release: hashed only when set, so an operator upgrade does not
 change the fingerprint (and roll the pods) of a service that does not use them."""
+UNHASHED_ENGINE_FIELDS: Final = frozenset({"compile_cache"})
+"""Engine fields that need not match across the pools (where compiled kernels are kept): never hashed."""
 
 
 def fingerprint(service: DisaggSpecService) -> str:
@@ -34,7 +36,7 @@ def fingerprint(service: DisaggSpecService) -> str:
     must_match: dict[str, Any] = {
         "sglang": {"version": spec.sglang.version, "image": spec.sglang.image, "topk": spec.sglang.topk_buffer_width},
         "model": spec.model.model_dump(mode="json", include={"path", "revision", "dtype", "trust_remote_code"}),
-        "engine": spec.engine.model_dump(mode="json", exclude=unset_later),
+        "engine": spec.engine.model_dump(mode="json", exclude=unset_later | UNHASHED_ENGINE_FIELDS),
         "transfer": spec.transfer.model_dump(mode="json", include={"backend", "bootstrap_port"}),
         "speculative": {
             role: dataclasses.asdict(effective_speculative(spec, role)) for role in (c.ROLE_PREFILL, c.ROLE_DECODE)

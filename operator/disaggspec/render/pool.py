@@ -1,4 +1,6 @@
-"""Renders one pool (prefill or decode): a Deployment of SGLang servers and a headless Service; pure."""
+"""Renders one pool (prefill or decode): a Deployment of SGLang servers, a headless Service and a
+PodDisruptionBudget; pure. Resource defaults come from `sizing`, probes and shutdown from `lifecycle`, the budget and
+the spreading from `disruption`."""
 
 from __future__ import annotations
 
@@ -9,25 +11,37 @@ from pydantic import BaseModel
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import GPU_RESOURCE
-from disaggspec.render import names, rdma
+from disaggspec.render import caches, disruption, lifecycle, names, rdma, sizing
 from disaggspec.sglang.args import SERVER_PORT, server_args
 from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, profile_for
 
 CONTAINER = "sglang"
-SHM_SIZE = "32Gi"
-"""Memory-backed /dev/shm: NCCL and the CUDA IPC of tensor parallelism need far more than the 64 MiB default."""
-HEALTH_PATH = "/health"
-STARTUP_BUDGET_SECONDS = 1800
-"""How long a server may take to load weights and capture CUDA graphs before the kubelet restarts it."""
+
+
+def _limits(service: DisaggSpecService, role: PoolName) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The container's limits, and the extended resources among them the operator sets."""
+    pool_spec = pool(service.spec, role)
+    extended: dict[str, Any] = {GPU_RESOURCE: pool_spec.tensor_parallel_size}
+    extended.update(rdma.resources(service.spec.transfer))
+    return {**extended, **pool_spec.resources.limits}, extended
+
+
+def pod_gpus(service: DisaggSpecService, role: PoolName) -> int:
+    """GPUs one pod of the pool gets: its GPU limit (a whole number, which a rule enforces)."""
+    limits, _ = _limits(service, role)
+    return int(str(limits[GPU_RESOURCE]))
 
 
 def _resources(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:
     pool_spec = pool(service.spec, role)
-    extended: dict[str, Any] = {GPU_RESOURCE: pool_spec.tensor_parallel_size}
-    extended.update(rdma.resources(service.spec.transfer))
-    limits = {**extended, **pool_spec.resources.limits}
+    limits, extended = _limits(service, role)
+    model = service.spec.model
+    # With a volume or a cache the weights are not in the container's writable layer.
+    downloads = model.volume is None and model.cache is None
+    defaults = sizing.pool_requests(pod_gpus(service, role), downloads_weights=downloads)
+    requests = sizing.with_defaults(defaults, pool_spec.resources.requests, pool_spec.resources.limits)
     # Extended resources must be requested exactly as limited; the scheduler reads requests.
-    requests = {**pool_spec.resources.requests, **{k: limits[k] for k in extended}}
+    requests.update({k: limits[k] for k in extended})
     return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
 
 
@@ -43,12 +57,13 @@ def _env(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
     if spec.speculative.transfer_draft_probs:
         out.append({"name": TRANSFER_DRAFT_PROBS_ENV, "value": "1"})
     out += rdma.env(spec.transfer)
+    out += caches.pool_env(service)
     out += [var.model_dump(mode="json", by_alias=True, exclude_none=True) for var in pool(spec, role).env]
     return out
 
 
 def _volumes(service: DisaggSpecService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": sizing.SHM_SIZE}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volume = service.spec.model.volume
     if volume is not None:
@@ -64,21 +79,13 @@ def _volumes(service: DisaggSpecService) -> tuple[list[dict[str, Any]], list[dic
         else:
             return volumes, mounts
         mounts.append({"name": "model", "mountPath": volume.mount_path, "readOnly": read_only})
-    return volumes, mounts
+    cache_volumes, cache_mounts = caches.pool_volumes(service)
+    return volumes + cache_volumes, mounts + cache_mounts
 
 
 def _as_given(model: BaseModel) -> dict[str, Any]:
     """A typed pass-through block (toleration, affinity) as the user wrote it: only the fields given, camelCase."""
     return model.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
-
-
-def _probe(period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": HEALTH_PATH, "port": "http"},
-        "periodSeconds": period,
-        "failureThreshold": failures,
-        "timeoutSeconds": timeout,
-    }
 
 
 def _ports(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
@@ -102,18 +109,20 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
         # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.
         pod_annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(spec.transfer.bootstrap_port)
     volumes, mounts = _volumes(service)
+    gpus = pod_gpus(service, role)
+    life = pool_spec.lifecycle
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.sglang.image,
         "imagePullPolicy": spec.sglang.image_pull_policy,
-        "command": server_args(service, role),
+        "command": rdma.launcher(spec.transfer, profile_for(spec.sglang.version).per_gpu_ib_device_map)
+        + server_args(service, role),
         "ports": _ports(service, role),
         "resources": _resources(service, role),
         "securityContext": rdma.security_context(spec.transfer),
         "volumeMounts": mounts,
-        "startupProbe": _probe(10, STARTUP_BUDGET_SECONDS // 10),
-        "readinessProbe": _probe(10, 3),
-        "livenessProbe": _probe(20, 6, timeout=10),
+        **lifecycle.pool_probes(profile_for(spec.sglang.version), life, gpus),
+        "lifecycle": lifecycle.prestop(lifecycle.prestop_seconds(life)),
     }
     env = _env(service, role)
     if env:
@@ -121,11 +130,14 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
     pod_spec: dict[str, Any] = {
         # The servers never talk to the Kubernetes API.
         "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": life.drain_seconds,
         **rdma.host_network(spec.transfer),
         "containers": [container],
         "volumes": volumes,
     }
+    init = caches.pool_init_containers(service)
+    if init:
+        pod_spec["initContainers"] = init
     if pool_spec.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(pool_spec.node_selector.items()))
     if pool_spec.tolerations:
@@ -133,11 +145,15 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
     affinity = _as_given(pool_spec.affinity) if pool_spec.affinity else {}
     if affinity:
         pod_spec["affinity"] = affinity
+    pod_spec.update(disruption.topology_spread(service, role, pool_spec.spread))
+    if pool_spec.priority_class_name is not None:
+        pod_spec["priorityClassName"] = pool_spec.priority_class_name
     pod_spec.update(names.pull_secrets(service))
     template_metadata: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:
         template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
     template = {
+        "progressDeadlineSeconds": lifecycle.progress_deadline_seconds(life, gpus),
         # A surge pod would need a whole extra set of GPUs that a GPU cluster rarely has idle.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
         "template": {"metadata": template_metadata, "spec": pod_spec},
@@ -157,3 +173,8 @@ def headless_service(service: DisaggSpecService, role: PoolName) -> dict[str, An
         "metadata": names.metadata(service, role),
         "spec": {"clusterIP": "None", "selector": names.selector(service, role), "ports": ports},
     }
+
+
+def disruption_budget(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:
+    """The pool's PodDisruptionBudget."""
+    return disruption.pod_disruption_budget(service, role, pool(service.spec, role).disruption)

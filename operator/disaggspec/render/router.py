@@ -1,4 +1,5 @@
-"""Renders the PD router: its ServiceAccount, Role and RoleBinding (list/watch pods), Deployment and Service; pure.
+"""Renders the PD router: its ServiceAccount, Role and RoleBinding (list/watch pods), Deployment, Service and
+PodDisruptionBudget; pure.
 
 The router is the pinned package of the service's SGLang release (`SGLangProfile.router`: sglang-router for 0.5.2,
 smg for 0.5.23), started with that package's own command. It discovers servers itself (`--service-discovery`) by
@@ -7,6 +8,9 @@ rendered from the same must-match settings. Readiness means "can serve PD": at l
 healthy decode worker. sglang-router's PD `/readiness` already says exactly that; smg switches to its multi-model mode
 under service discovery, where `/readiness` counts any one worker, so its pods are gated by the readiness helper of the
 project's router image, which reads the router's worker list.
+
+A router pod proxies the streams of requests the pools are still draining, so its grace period is at least the
+longer `drainSeconds` of the two pools: a router stopped first would cut the streams the pools are finishing.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService
 from disaggspec.api.v1alpha1 import ROUTER_METRICS_PORT
 from disaggspec.config import OperatorConfig
-from disaggspec.render import names
+from disaggspec.render import disruption, lifecycle, names, sizing
 from disaggspec.sglang.args import SERVER_PORT
 from disaggspec.sglang.profiles import ROUTER_READY_HELPER, RouterProfile, profile_for
 
@@ -100,7 +104,12 @@ def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: 
     spec = service.spec
     router = spec.router
     image = router.image or config.router_image or router_profile(service).image
-    resources = router.resources.model_dump(mode="json", exclude_defaults=True)
+    given = router.resources
+    resources: dict[str, Any] = {
+        "requests": dict(sorted(sizing.with_defaults(sizing.ROUTER_REQUESTS, given.requests, given.limits).items()))
+    }
+    if given.limits:
+        resources["limits"] = dict(sorted(given.limits.items()))
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -113,13 +122,18 @@ def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: 
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "livenessProbe": _probe("/liveness", 10, 6),
         "readinessProbe": readiness_probe(service),
+        "resources": resources,
+        "lifecycle": lifecycle.prestop(lifecycle.ROUTER_PRESTOP_SECONDS),
     }
-    if resources:
-        container["resources"] = resources
+    drain = max(spec.prefill.lifecycle.drain_seconds, spec.decode.lifecycle.drain_seconds)
     pod_spec: dict[str, Any] = {
         "serviceAccountName": names.child_name(service, c.ROLE_ROUTER),
+        "terminationGracePeriodSeconds": drain + lifecycle.ROUTER_PRESTOP_SECONDS,
         "containers": [container],
+        **disruption.topology_spread(service, c.ROLE_ROUTER, router.spread),
     }
+    if router.priority_class_name is not None:
+        pod_spec["priorityClassName"] = router.priority_class_name
     pod_spec.update(names.pull_secrets(service))
     labels = {**names.labels(service, c.ROLE_ROUTER), c.LABEL_FINGERPRINT: fingerprint}
     template = {"template": {"metadata": {"labels": labels}, "spec": pod_spec}}
@@ -146,3 +160,8 @@ def service_(service: DisaggSpecService) -> dict[str, Any]:
 def endpoint(service: DisaggSpecService) -> str:
     name = names.child_name(service, c.ROLE_ROUTER)
     return f"http://{name}.{service.metadata.namespace}.svc:{service.spec.router.port}"
+
+
+def disruption_budget(service: DisaggSpecService) -> dict[str, Any]:
+    """The router's PodDisruptionBudget."""
+    return disruption.pod_disruption_budget(service, c.ROLE_ROUTER, service.spec.router.disruption)

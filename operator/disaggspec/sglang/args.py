@@ -33,8 +33,9 @@ def gpu_key_order(key: str) -> tuple[int, int, str]:
 
 
 def ib_device_arg(rdma: RdmaSpec | None) -> str | None:
-    """`--disaggregation-ib-device`: a comma list, or a per-GPU JSON map with sorted GPU keys."""
-    if rdma is None:
+    """`--disaggregation-ib-device` of a Static mapping: a comma list, or a per-GPU JSON map with sorted GPU keys.
+    Auto renders none: the start-time wrapper (disaggspec.render.rdma.launcher) appends the flag it computes."""
+    if rdma is None or rdma.effective_mapping() != "Static":
         return None
     if rdma.ib_devices_per_gpu:
         ordered = dict(sorted(rdma.ib_devices_per_gpu.items(), key=lambda item: gpu_key_order(item[0])))

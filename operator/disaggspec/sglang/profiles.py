@@ -92,6 +92,10 @@ ROUTER_SMG_1_13_0: Final = RouterProfile(
     discovery_forces_multi_model=True,
 )
 
+HEALTH_CHECK_TIMEOUT_SECONDS: Final = 20
+"""The default of `SGLANG_HEALTH_CHECK_TIMEOUT` in both releases (0.5.2 sglang/srt/entrypoints/http_server.py:120,
+0.5.23 :218): `/health` runs a one-token generation and answers 503 when nothing came back within it."""
+
 # 0.5.23 allocates the top-k metadata rows with a fixed width of 16 (sglang/srt/disaggregation/utils.py:468-473,
 # `torch.zeros((size, 16), ...)`, and the comment at :650 "speculative_eagle_topk should not be greater than 16
 # currently"), and copies topk entries into them, so a wider top-k fails at prefill.
@@ -138,6 +142,12 @@ class SGLangProfile:
     """Each canonical option -> its dest, nargs, value type and choices (`_flags_*.OPTIONS`)."""
     router: RouterProfile
     """The PD router this release is served with."""
+    ready_path: str | None
+    """A cheap readiness route (no generation; 503 while starting, paused or draining after SIGTERM), or None when
+    the release has only `/health`."""
+    health_check_timeout_seconds: int = HEALTH_CHECK_TIMEOUT_SECONDS
+    """How long `/health` waits for a one-token generation before answering 503 (`SGLANG_HEALTH_CHECK_TIMEOUT`);
+    a probe of `/health` must allow longer, or the kubelet gives up before SGLang answers."""
 
     def knows_flag(self, flag: str) -> bool:
         """Whether `flag` (`--name` or `--name=value`) is an option of this release's server."""
@@ -179,6 +189,8 @@ PROFILE_0_5_2: Final = SGLangProfile(
     aliases=_flags_0_5_2.ALIASES,
     options=_flags_0_5_2.OPTIONS,
     router=ROUTER_0_1_9,
+    # sglang/srt/entrypoints/http_server.py:344-345 registers /health and /health_generate only (both generate).
+    ready_path=None,
 )
 
 PROFILE_0_5_23: Final = SGLangProfile(
@@ -215,6 +227,9 @@ PROFILE_0_5_23: Final = SGLangProfile(
     aliases=_flags_0_5_23.ALIASES,
     options=_flags_0_5_23.OPTIONS,
     router=ROUTER_SMG_1_13_0,
+    # sglang/srt/entrypoints/http_server.py:714-718: /ready answers from tokenizer_manager.is_ready() (not paused,
+    # status Up, no SIGTERM yet: managers/tokenizer_manager.py:728-734) without generating.
+    ready_path="/ready",
 )
 
 PROFILES: Final[dict[SGLangVersion, SGLangProfile]] = {p.version: p for p in (PROFILE_0_5_2, PROFILE_0_5_23)}

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from disaggspec.api.v1alpha1 import (
+    CacheClaim,
     DisaggSpecService,
     DraftModel,
     HostPathVolume,
@@ -40,6 +41,7 @@ from disaggspec.validation._syntax import (
     found,
     full,
 )
+from disaggspec.validation.model import cache_places as _caches
 
 # ---- images ------------------------------------------------------------------------------------------------------
 
@@ -163,6 +165,12 @@ def _claim(service: DisaggSpecService) -> Iterator[tuple[str, PersistentVolumeCl
         yield "spec.model.volume.persistentVolumeClaim", volume.persistent_volume_claim
 
 
+def _cache_claims(service: DisaggSpecService) -> Iterator[tuple[str, CacheClaim]]:
+    for path, cache in _caches(service):
+        if cache.persistent_volume_claim is not None:
+            yield f"{path}.persistentVolumeClaim", cache.persistent_volume_claim
+
+
 def _token(service: DisaggSpecService) -> Iterator[tuple[str, SecretKeyRef]]:
     if service.spec.model.hf_token_secret_ref is not None:
         yield "spec.model.hfTokenSecretRef", service.spec.model.hf_token_secret_ref
@@ -184,19 +192,29 @@ OBJECT_NAMES: Final = node_rule(
     (
         "spec.sglang.imagePullSecrets",
         "spec.model.volume.persistentVolumeClaim.claimName",
+        "spec.model.cache.persistentVolumeClaim.claimName",
+        "spec.engine.compileCache.persistentVolumeClaim.claimName",
         "spec.model.hfTokenSecretRef.name",
         "spec.prefill.env",
         "spec.decode.env",
     ),
-    "spec.sglang.imagePullSecrets[].name, spec.model.volume.persistentVolumeClaim.claimName, "
-    "spec.model.hfTokenSecretRef.name and spec.<pool>.env[].valueFrom secretKeyRef/configMapKeyRef names must be "
-    "object names (DNS subdomains: lowercase letters, digits, '-' and '.', alphanumeric at both ends): use the "
+    "spec.sglang.imagePullSecrets[].name, the persistentVolumeClaim.claimName of spec.model.volume, "
+    "spec.model.cache and spec.engine.compileCache, spec.model.hfTokenSecretRef.name and "
+    "spec.<pool>.env[].valueFrom secretKeyRef/configMapKeyRef names must be object names (DNS subdomains: "
+    "lowercase letters, digits, '-' and '.', alphanumeric at both ends): use the "
     "object's exact name",
     checks=(
         (LocalObjectReference, _pull_secrets, lambda r: full(DNS_SUBDOMAIN, r.name), _SUBDOMAIN_CEL, ".name"),
         (
             PersistentVolumeClaimVolume,
             _claim,
+            lambda c: full(DNS_SUBDOMAIN, c.claim_name),
+            f"self.claimName.matches({quote(DNS_SUBDOMAIN)})",
+            ".claimName",
+        ),
+        (
+            CacheClaim,
+            _cache_claims,
             lambda c: full(DNS_SUBDOMAIN, c.claim_name),
             f"self.claimName.matches({quote(DNS_SUBDOMAIN)})",
             ".claimName",
@@ -214,13 +232,21 @@ def _host_path(service: DisaggSpecService) -> Iterator[tuple[str, HostPathVolume
     volume = service.spec.model.volume
     if volume is not None and volume.host_path is not None:
         yield "spec.model.volume.hostPath", volume.host_path
+    for path, cache in _caches(service):
+        if cache.host_path is not None:
+            yield f"{path}.hostPath", cache.host_path
 
 
 HOST_PATH: Final = node_rule(
     "model-host-path-form",
-    ("spec.model.volume.hostPath.path",),
-    "spec.model.volume.hostPath.path must be an absolute path without whitespace or '.'/'..' segments (the API "
-    "server refuses '..' in a hostPath): give the directory's plain absolute path",
+    (
+        "spec.model.volume.hostPath.path",
+        "spec.model.cache.hostPath.path",
+        "spec.engine.compileCache.hostPath.path",
+    ),
+    "spec.model.volume.hostPath.path (and the hostPath.path of spec.model.cache and spec.engine.compileCache) "
+    "must be an absolute path without whitespace or '.'/'..' segments (the API server refuses '..' in a hostPath): "
+    "give the directory's plain absolute path",
     checks=(
         (
             HostPathVolume,

@@ -1,5 +1,5 @@
-"""Pool rules: the resource name the children are named after, each pool's GPUs, and what a pool's env may set (its
-extraArgs: `extra_args.py`)."""
+"""Pool rules: the resource name the children are named after, each pool's GPUs (a whole count, covering the tensor
+parallel ranks, on one node), and what a pool's env may set (its extraArgs: `extra_args.py`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, pool
 from disaggspec.api.v1alpha1 import (
+    DEFAULT_GPUS_PER_NODE,
     GPU_RESOURCE,
     DisaggSpecService,
     DisaggSpecServiceSpec,
+    DisruptionSpec,
     EnvVar,
     EnvVarSource,
     PoolSpec,
@@ -19,7 +21,7 @@ from disaggspec.api.v1alpha1 import (
 from disaggspec.sglang.profiles import RUST_SERVER_ENV, TRANSFER_DRAFT_PROBS_ENV
 from disaggspec.validation._cel import quote, string_list
 from disaggspec.validation._core import Cel, Rule, pool_spec_rule
-from disaggspec.validation._places import env_vars
+from disaggspec.validation._places import env_vars, node_rule
 
 MAX_NAME_LENGTH: Final = 44
 """Longest metadata.name: children are `<name>-prefill` (8 more characters), and a StatefulSet-style child adds a
@@ -33,6 +35,7 @@ OWNED_ENV: Final = (
     RUST_SERVER_ENV,
     "MC_GID_INDEX",
     "NCCL_IB_GID_INDEX",
+    "UCX_IB_GID_INDEX",
 )
 """Environment variables a pool's env may never set: the GPU visibility the device plugin sets for the GPUs it
 allocated (a user value points the servers at GPUs the pod does not have, or at every GPU of the node), what the
@@ -40,11 +43,11 @@ operator sets from typed fields (engine.disaggSamplingMask, speculative.transfer
 and SGLANG_RUST_SERVER (the Rust bootstrap registry drops the speculative fingerprint: every prefill is refused)."""
 RDMA_OWNED_ENV_PREFIXES: Final = ("MC_", "UCX_", "NCCL_IB_")
 """Variable families a pool's env may not set once spec.transfer.rdma is set. The whole MC_ (Mooncake) and UCX_ (nixl)
-families, not only the names the operator renders (MC_GID_INDEX, UCX_NET_DEVICES): every variable of them configures
-the transfer engine whose two ends must agree (MC_FORCE_TCP, MC_IB_PORT on one pool alone break the pairing), and
-they are too many to list. Of NCCL only NCCL_IB_*: the NIC selection the operator renders (NCCL_IB_HCA,
-NCCL_IB_GID_INDEX); NCCL carries a pool's own tensor-parallel collectives, not the KV transfer, so NCCL_DEBUG and the
-like stay the pool's business."""
+families, not only the names the operator renders (MC_GID_INDEX, UCX_NET_DEVICES, UCX_IB_GID_INDEX): every variable
+of them configures the transfer engine whose two ends must agree (MC_FORCE_TCP, MC_IB_PORT on one pool alone break
+the pairing), and they are too many to list. Of NCCL only NCCL_IB_*: the NIC selection the operator renders
+(NCCL_IB_HCA, NCCL_IB_GID_INDEX); NCCL carries a pool's own tensor-parallel collectives, not the KV transfer, so
+NCCL_DEBUG and the like stay the pool's business."""
 
 _METADATA_ON_ROOT: Final = (
     "a CRD has no schema below metadata, so a fieldPath cannot name metadata.name; the rule sits on the object root "
@@ -152,6 +155,62 @@ GPUS_COVER_TP: Final = pool_spec_rule(
 )
 
 
+def _gpus_fit_node(pool_spec: PoolSpec) -> bool:
+    """A pool pod is one SGLang server (nnodes is operator-owned, forbidden in extraArgs) and one Pod, which the
+    scheduler places on one node: more GPUs than a node has leave it Pending forever. Multi-node servers need a
+    leader/worker group per replica (the LeaderWorkerSet issue), not one Deployment."""
+    return pool_gpus(pool_spec) <= pool_spec.gpus_per_node
+
+
+GPUS_FIT_NODE: Final = pool_spec_rule(
+    "pool-gpus-per-node",
+    (
+        "spec.prefill.tensorParallelSize",
+        "spec.prefill.resources.limits",
+        "spec.prefill.gpusPerNode",
+        "spec.decode.tensorParallelSize",
+        "spec.decode.resources.limits",
+        "spec.decode.gpusPerNode",
+    ),
+    f"spec.<pool>.tensorParallelSize (and resources.limits[{GPU_RESOURCE}]) must fit on one node: at most "
+    f"spec.<pool>.gpusPerNode (default {DEFAULT_GPUS_PER_NODE}). Multi-node pools are not supported yet (see the "
+    "LeaderWorkerSet issue): lower tensorParallelSize, or raise gpusPerNode if your nodes have more GPUs",
+    wire="tensorParallelSize",
+    holds=_gpus_fit_node,
+    cel=f"{pool_gpus_cel('self')} <= (has(self.gpusPerNode) ? self.gpusPerNode : {DEFAULT_GPUS_PER_NODE})",
+)
+
+
+# ---- disruption budgets ------------------------------------------------------------------------------------------
+
+MAX_UNAVAILABLE_FORM: Final = r"^([0-9]+|(100|[1-9]?[0-9])%)$"
+"""What a PodDisruptionBudget's maxUnavailable takes: a non-negative count or a percentage up to 100%."""
+
+
+def disruption_places(service: DisaggSpecService) -> Iterator[tuple[str, DisruptionSpec]]:
+    """The disruption block of both pools and of the router."""
+    for p in POOL_NAMES:
+        yield f"spec.{p}.disruption", pool(service.spec, p).disruption
+    yield "spec.router.disruption", service.spec.router.disruption
+
+
+MAX_UNAVAILABLE: Final = node_rule(
+    "disruption-max-unavailable",
+    ("spec.prefill.disruption", "spec.decode.disruption", "spec.router.disruption"),
+    "spec.<pool>.disruption.maxUnavailable and spec.router.disruption.maxUnavailable must be a non-negative count "
+    "or a percentage from 0% to 100% (for example 1 or '25%'): fix the value",
+    checks=(
+        (
+            DisruptionSpec,
+            disruption_places,
+            lambda d: re.fullmatch(MAX_UNAVAILABLE_FORM, str(d.max_unavailable)) is not None,
+            f"!has(self.maxUnavailable) || string(self.maxUnavailable).matches({quote(MAX_UNAVAILABLE_FORM)})",
+            ".maxUnavailable",
+        ),
+    ),
+)
+
+
 # ---- env -------------------------------------------------------------------------------------------------------------
 
 
@@ -168,10 +227,10 @@ ENV_OWNED: Final = Rule(
     fields=("spec.prefill.env", "spec.decode.env"),
     message="spec.<pool>.env[].name may not be CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES (the device plugin "
     "sets them for the GPUs it allocated) nor SGLANG_ENABLE_DISAGG_SAMPLING_MASK, SGLANG_DISAGG_TRANSFER_DRAFT_PROBS, "
-    "MC_GID_INDEX or NCCL_IB_GID_INDEX, nor SGLANG_RUST_SERVER (the Rust bootstrap registry carries no speculative "
-    "fingerprint, so every decode would refuse every prefill): remove the entry; size GPUs with tensorParallelSize "
-    "and resources.limits, and use spec.engine.disaggSamplingMask, spec.speculative.transferDraftProbs and "
-    "spec.transfer.rdma.gidIndex",
+    "MC_GID_INDEX, NCCL_IB_GID_INDEX or UCX_IB_GID_INDEX, nor SGLANG_RUST_SERVER (the Rust bootstrap registry carries "
+    "no speculative fingerprint, so every decode would refuse every prefill): remove the entry; size GPUs with "
+    "tensorParallelSize and resources.limits, and use spec.engine.disaggSamplingMask, "
+    "spec.speculative.transferDraftProbs and spec.transfer.rdma.gidIndex",
     check=_env_not_owned,
     cel=Cel(EnvVar, f"!(self.name in {string_list(OWNED_ENV)})", ".name"),
 )
@@ -194,7 +253,7 @@ ENV_RDMA_OWNED: Final = Rule(
     fields=("spec.prefill.env", "spec.decode.env", "spec.transfer.rdma"),
     message="with spec.transfer.rdma set, spec.<pool>.env may not set MC_*, UCX_* or NCCL_IB_* variables: the "
     "operator renders the transfer engines' NIC settings and both pools must read the same ones; remove the entry "
-    "and use spec.transfer.rdma (ibDevices, ibDevicesPerGpu, gidIndex)",
+    "and use spec.transfer.rdma (ibDeviceMapping, ibDevices, ibDevicesPerGpu, gidIndex)",
     check=_env_not_rdma_owned,
     # One CEL rule per pool (on the spec node, which sees spec.transfer.rdma) naming that pool's env.
     cel=tuple(

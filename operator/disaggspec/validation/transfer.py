@@ -8,6 +8,7 @@ from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, pool
 from disaggspec.api.v1alpha1 import (
+    DEFAULT_GPUS_PER_NODE,
     GPU_RESOURCE,
     MAX_GPUS_PER_POD,
     ROUTER_METRICS_PORT,
@@ -72,6 +73,72 @@ IB_MAP_COVERS_GPUS: Final = Rule(
         # comparing outside the loop keeps the CEL cost estimate within budget (CRD CEL has no cel.bind).
         + both(lambda p: f"size({_MISSING_GPUS}) == 0 || {_MISSING_GPUS}[0] >= {pool_gpus_cel('self.' + p)}"),
         ".transfer.rdma.ibDevicesPerGpu",
+    ),
+)
+
+
+def _ib_map_whole_node(service: DisaggSpecService) -> Iterator[str]:
+    """The map's keys are the pod's own GPU indexes (0..n-1 in the container's order), not the node's: a 4-GPU pod
+    that the device plugin places on GPUs 4-7 of an 8-GPU node reads key '0' for node GPU 4, so a map written from
+    `nvidia-smi topo -m` on the node sends its transfers to the other socket's NIC (sglang issue #39584: transfers
+    time out). Only a pod that holds the whole node sees the node's numbering."""
+    rdma = service.spec.transfer.rdma
+    if rdma is None or not rdma.ib_devices_per_gpu:
+        return
+    if any(pool_gpus(pool(service.spec, p)) != pool(service.spec, p).gpus_per_node for p in POOL_NAMES):
+        yield "spec.transfer.rdma.ibDevicesPerGpu"
+
+
+IB_MAP_WHOLE_NODE: Final = Rule(
+    id="transfer-rdma-ib-map-whole-node",
+    fields=(
+        "spec.transfer.rdma.ibDevicesPerGpu",
+        "spec.prefill.gpusPerNode",
+        "spec.decode.gpusPerNode",
+        "spec.prefill.tensorParallelSize",
+        "spec.decode.tensorParallelSize",
+        "spec.prefill.resources.limits",
+        "spec.decode.resources.limits",
+    ),
+    message="spec.transfer.rdma.ibDevicesPerGpu is a static map by GPU index inside the pod, which matches the "
+    "node's GPUs only when every pod of both pools takes a whole node (GPUs per pod equal to spec.<pool>.gpusPerNode): "
+    "use the automatic mapping (remove ibDevicesPerGpu; ibDeviceMapping Auto picks each GPU's nearest NIC at start), "
+    "or give the pools whole nodes",
+    check=_ib_map_whole_node,
+    cel=Cel(
+        DisaggSpecServiceSpec,
+        "!has(self.transfer.rdma) || !has(self.transfer.rdma.ibDevicesPerGpu) || "
+        "size(self.transfer.rdma.ibDevicesPerGpu) == 0 || "
+        + both(
+            lambda p: (
+                f"{pool_gpus_cel('self.' + p)} == "
+                f"(has(self.{p}.gpusPerNode) ? self.{p}.gpusPerNode : {DEFAULT_GPUS_PER_NODE})"
+            )
+        ),
+        ".transfer.rdma.ibDevicesPerGpu",
+    ),
+)
+
+
+def _ib_map_static(service: DisaggSpecService) -> Iterator[str]:
+    """Auto computes each GPU's devices at start; a per-GPU map alongside it would be silently ignored."""
+    rdma = service.spec.transfer.rdma
+    if rdma is not None and rdma.ib_device_mapping == "Auto" and rdma.ib_devices_per_gpu:
+        yield "spec.transfer.rdma.ibDeviceMapping"
+
+
+IB_MAP_STATIC: Final = Rule(
+    id="transfer-rdma-ib-map-static",
+    fields=("spec.transfer.rdma.ibDeviceMapping", "spec.transfer.rdma.ibDevicesPerGpu"),
+    message="spec.transfer.rdma.ibDevicesPerGpu is a Static mapping's input, but spec.transfer.rdma.ibDeviceMapping "
+    "is Auto: remove ibDevicesPerGpu (Auto maps each GPU itself; ibDevices limits its choice), or set "
+    "ibDeviceMapping to Static",
+    check=_ib_map_static,
+    cel=Cel(
+        RdmaSpec,
+        "!(has(self.ibDeviceMapping) && self.ibDeviceMapping == 'Auto' && has(self.ibDevicesPerGpu) && "
+        "size(self.ibDevicesPerGpu) > 0)",
+        ".ibDeviceMapping",
     ),
 )
 

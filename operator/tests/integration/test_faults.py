@@ -35,7 +35,7 @@ from e2e.cluster.controlplane import LocalCluster
 from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster
 from e2e.support.operator_install import WEBHOOK_KINDS, installed_operator, wait_webhook_registered
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-from e2e.support.workloads import children, condition, example, get, load, wait_ready
+from e2e.support.workloads import children, condition, example, expected_children, get, load, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 
@@ -558,7 +558,8 @@ def test_recovery_after_apiserver_outage(plane: Plane, ns: str, log: Path) -> No
             )
             truthful = state["truthful"]
             assert isinstance(truthful, dict)
-            return state["healthz"] == 200 and state["new_service_children"] == 9 and all(truthful.values())
+            every_child = state["new_service_children"] == len(expected_children("outage-after"))
+            return state["healthz"] == 200 and every_child and all(truthful.values())
 
         def diagnose(error: AssertionError) -> AssertionError:
             conditions = {n: ready_condition(cluster, ns, n) for n in everything}

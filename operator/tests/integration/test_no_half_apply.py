@@ -154,7 +154,7 @@ def test_webhook_down_no_child_is_ever_written_for_a_refused_spec(
     # The namespace allows it now (the router Service has two ports: two node ports): the backoff retry converges.
     quota(cluster, ns, {"services.nodeports": "2"})
     wait(
-        "all nine children once the quota allows them",
+        "every child once the quota allows them",
         lambda: (
             sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, ns, "nodeport"))
             == expected_children("nodeport")
@@ -184,7 +184,7 @@ def test_a_quota_that_fits_two_of_three_deployments_leaves_no_child(
 
     quota(cluster, ns, {"count/deployments.apps": "3"})
     wait(
-        "all nine children once the quota allows three Deployments",
+        "every child once the quota allows three Deployments",
         lambda: (
             sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, ns, "three"))
             == expected_children("three")

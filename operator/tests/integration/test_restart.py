@@ -12,7 +12,7 @@ import yaml
 
 from e2e.support.fixtures import Cluster
 from e2e.support.operator_process import OperatorProcess
-from e2e.support.workloads import children, example, get, load, wait_ready
+from e2e.support.workloads import children, example, expected_children, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,8 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
     try:
         wait_ready(cluster, namespace, name)
         owned = children(cluster, namespace, name)
-        assert len(owned) == 9
-        assert len({(o["kind"], o["metadata"]["name"]) for o in owned}) == 9
+        assert len(owned) == len(expected_children(name))
+        assert len({(o["kind"], o["metadata"]["name"]) for o in owned}) == len(owned)
         replica_sets = get(cluster, namespace, "replicasets", "-l", f"disaggspec.io/service={name}")["items"]
         assert len(replica_sets) == 3, [r["metadata"]["name"] for r in replica_sets]
         for child in owned:

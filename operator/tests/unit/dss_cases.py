@@ -69,6 +69,8 @@ class Case:
 
 V052 = {"spec.sglang.version": "0.5.2"}
 TREE = {"spec.speculative.eagleTopk": 2, "spec.speculative.numDraftTokens": 4}
+WHOLE_1GPU_NODES = {"spec.prefill.gpusPerNode": 1, "spec.decode.gpusPerNode": 1}
+"""The base's 1-GPU pods as whole nodes, which a static per-GPU ib device map needs."""
 
 RULE_CASES: Final[tuple[Case, ...]] = (
     Case("name-too-long", {"metadata.name": "a" * 45}, "name-length"),
@@ -192,13 +194,14 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     ),
     Case(
         "ib-map-on-0.5.2",
-        {**V052, "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0"}}}},
+        {**V052, **WHOLE_1GPU_NODES, "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0"}}}},
         "transfer-rdma-ib-map-version",
     ),
     Case(
         "ib-map-misses-a-gpu",
         {
-            "spec.prefill": {"tensorParallelSize": 2, "resources": {"limits": {"nvidia.com/gpu": 2}}},
+            "spec.prefill": {"tensorParallelSize": 2, "resources": {"limits": {"nvidia.com/gpu": 2}}, "gpusPerNode": 2},
+            "spec.decode.gpusPerNode": 1,
             "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0"}}},
         },
         "transfer-rdma-ib-map-covers-gpus",
@@ -206,15 +209,43 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     Case(
         "ib-map-misses-gpus-beyond-tp",
         {
-            "spec.decode": {"tensorParallelSize": 1, "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+            "spec.decode": {
+                "tensorParallelSize": 1,
+                "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                "gpusPerNode": 2,
+            },
+            "spec.prefill.gpusPerNode": 1,
             "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0"}}},
         },
         "transfer-rdma-ib-map-covers-gpus",
     ),
     Case(
         "ib-list-and-map",
-        {"spec.transfer": {"rdma": {"ibDevices": ["mlx5_0"], "ibDevicesPerGpu": {"0": "mlx5_0"}}}},
+        {**WHOLE_1GPU_NODES, "spec.transfer": {"rdma": {"ibDevices": ["mlx5_0"], "ibDevicesPerGpu": {"0": "mlx5_0"}}}},
         "transfer-rdma-ib-devices-exclusive",
+    ),
+    Case(
+        # A 1-GPU pod on an 8-GPU node: container GPU 0 may be any of the node's GPUs.
+        "ib-map-on-part-of-a-node",
+        {"spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0"}}}},
+        "transfer-rdma-ib-map-whole-node",
+    ),
+    Case(
+        "ib-map-on-part-of-a-node-decode-only",
+        {
+            "spec.prefill.gpusPerNode": 1,
+            "spec.decode": {"tensorParallelSize": 1, "gpusPerNode": 2},
+            "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "1": "mlx5_1"}}},
+        },
+        "transfer-rdma-ib-map-whole-node",
+    ),
+    Case(
+        "ib-map-with-auto-mapping",
+        {
+            **WHOLE_1GPU_NODES,
+            "spec.transfer": {"rdma": {"ibDeviceMapping": "Auto", "ibDevicesPerGpu": {"0": "mlx5_0"}}},
+        },
+        "transfer-rdma-ib-map-static",
     ),
     Case("rdma-with-fake-backend", {"spec.transfer": {"backend": "fake", "rdma": {}}}, "transfer-rdma-backend"),
     Case("bootstrap-port-is-http-port", {"spec.transfer": {"bootstrapPort": 30000}}, "transfer-bootstrap-port-free"),
@@ -236,6 +267,22 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "gpus-below-tp",
         {"spec.decode": {"tensorParallelSize": 2, "resources": {"limits": {"nvidia.com/gpu": 1}}}},
         "pool-gpus-cover-tp",
+    ),
+    Case("tp-above-node", {"spec.prefill.tensorParallelSize": 16}, "pool-gpus-per-node"),
+    Case("max-unavailable-words", {"spec.decode.disruption": {"maxUnavailable": "half"}}, "disruption-max-unavailable"),
+    Case(
+        "max-unavailable-over-100", {"spec.router.disruption": {"maxUnavailable": "150%"}}, "disruption-max-unavailable"
+    ),
+    Case("max-unavailable-negative", {"spec.prefill.disruption": {"maxUnavailable": -1}}, "disruption-max-unavailable"),
+    Case(
+        "gpu-limit-above-node",
+        {"spec.decode": {"tensorParallelSize": 4, "resources": {"limits": {"nvidia.com/gpu": 12}}}},
+        "pool-gpus-per-node",
+    ),
+    Case(
+        "tp-above-declared-node",
+        {"spec.decode": {"tensorParallelSize": 8, "gpusPerNode": 4}},
+        "pool-gpus-per-node",
     ),
     Case(
         "extra-args-speculative",
@@ -267,6 +314,51 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "model-volume-one-source",
     ),
     Case("absolute-path-without-volume", {"spec.model.path": "/models/llama"}, "model-local-path-volume"),
+    # ---- caches (issue 17) -------------------------------------------------------------------------------------------
+    Case("model-cache-without-source", {"spec.model.cache": {}}, "cache-one-source"),
+    Case(
+        "compile-cache-two-sources",
+        {
+            "spec.engine": {
+                "compileCache": {"hostPath": {"path": "/nvme/jit"}, "persistentVolumeClaim": {"claimName": "j"}}
+            }
+        },
+        "cache-one-source",
+    ),
+    Case(
+        "model-cache-and-volume",
+        {
+            "spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}},
+            "spec.model.volume": {"persistentVolumeClaim": {"claimName": "weights"}},
+        },
+        "model-cache-volume-exclusive",
+    ),
+    Case(
+        "model-cache-hf-home-in-env",
+        {
+            "spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}},
+            "spec.decode.env": [{"name": "HF_HUB_OFFLINE", "value": "0"}],
+        },
+        "model-cache-env",
+    ),
+    Case(
+        "compile-cache-triton-in-env",
+        {
+            "spec.engine": {"compileCache": {"hostPath": {"path": "/nvme/jit"}}},
+            "spec.prefill.env": [{"name": "TRITON_CACHE_DIR", "value": "/tmp/triton"}],
+        },
+        "compile-cache-env",
+    ),
+    Case(
+        "model-cache-claim-uppercase",
+        {"spec.model.cache": {"persistentVolumeClaim": {"claimName": "HF-Cache"}}},
+        "object-name-form",
+    ),
+    Case(
+        "compile-cache-relative-host-path",
+        {"spec.engine": {"compileCache": {"hostPath": {"path": "nvme/jit"}}}},
+        "model-host-path-form",
+    ),
     # Python-only (webhook/reconcile): the API server accepts these.
     Case("extra-args-unknown-flag", {"spec.prefill.extraArgs": ["--no-such-flag"]}, "pool-extra-args-known"),
     Case("extra-args-abbreviated-flag", {"spec.decode.extraArgs": ["--chunked-prefill", "8"]}, "pool-extra-args-known"),
@@ -345,12 +437,12 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     ),
     Case(
         "ib-map-key-leading-zero",
-        {"spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "00": "mlx5_1"}}}},
+        {**WHOLE_1GPU_NODES, "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "00": "mlx5_1"}}}},
         "transfer-rdma-ib-map-keys",
     ),
     Case(
         "ib-map-key-word",
-        {"spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "gpu1": "mlx5_1"}}}},
+        {**WHOLE_1GPU_NODES, "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "gpu1": "mlx5_1"}}}},
         "transfer-rdma-ib-map-keys",
     ),
     Case(
@@ -678,6 +770,22 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
     Case("backend-unknown", {"spec.transfer": {"backend": "tcp"}}, schema_error='Unsupported value: "tcp"'),
     Case("replicas-negative", {"spec.decode.replicas": -1}, schema_error="greater than or equal to 0"),
     Case(
+        "startup-seconds-too-short",
+        {"spec.prefill.lifecycle": {"startupSeconds": 10}},
+        schema_error="greater than or equal to 60",
+    ),
+    Case(
+        "drain-seconds-too-short",
+        {"spec.decode.lifecycle": {"drainSeconds": 5}},
+        schema_error="greater than or equal to 30",
+    ),
+    Case("spread-unknown", {"spec.router.spread": "Always"}, schema_error='Unsupported value: "Always"'),
+    Case(
+        "priority-class-not-a-name",
+        {"spec.prefill.priorityClassName": "High_Priority"},
+        schema_error="should match",
+    ),
+    Case(
         "network-bad-name",
         {"spec.transfer": {"rdma": {"networks": ["Bad_Name"]}}},
         schema_error="should match",
@@ -782,6 +890,29 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
     Case(
+        "caches",
+        {
+            "spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}},
+            "spec.engine": {"compileCache": {"hostPath": {"path": "/nvme/jit"}}},
+            "spec.decode.env": [{"name": "HF_TOKEN_PATH", "value": "/x"}],
+        },
+    ),
+    Case("node-local-model-cache", {"spec.model.cache": {"hostPath": {"path": "/nvme/hf"}}}),
+    Case("sixteen-gpu-nodes", {"spec.prefill": {"tensorParallelSize": 16, "gpusPerNode": 16}}),
+    Case(
+        "production-pool-settings",
+        {
+            "spec.decode": {
+                "tensorParallelSize": 1,
+                "lifecycle": {"startupSeconds": 7200, "drainSeconds": 1800},
+                "disruption": {"maxUnavailable": "25%"},
+                "priorityClassName": "llm-serving",
+                "spread": "Required",
+            },
+            "spec.router": {"disruption": {"maxUnavailable": 0}, "spread": "Off"},
+        },
+    ),
+    Case(
         "transfer-draft-probs-with-rejection-sampling",
         {"spec.speculative.transferDraftProbs": True, "spec.speculative.rejectionSampling": True},
     ),
@@ -808,8 +939,21 @@ VALID_CASES: Final[tuple[Case, ...]] = (
     Case(
         "ib-map-covers",
         {
-            "spec.prefill": {"tensorParallelSize": 2},
+            "spec.prefill": {"tensorParallelSize": 2, "gpusPerNode": 2},
+            "spec.decode.gpusPerNode": 1,
             "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "1": "mlx5_1"}}},
+        },
+    ),
+    Case("ib-auto-among-allowed", {"spec.transfer": {"rdma": {"ibDeviceMapping": "Auto", "ibDevices": ["mlx5_0"]}}}),
+    Case(
+        "ib-static-list-on-part-of-a-node",
+        {"spec.transfer": {"rdma": {"ibDeviceMapping": "Static", "ibDevices": ["mlx5_0"]}}},
+    ),
+    Case(
+        "ib-static-map-explicit-on-whole-nodes",
+        {
+            **WHOLE_1GPU_NODES,
+            "spec.transfer": {"rdma": {"ibDeviceMapping": "Static", "ibDevicesPerGpu": {"0": "mlx5_0"}}},
         },
     ),
     # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
@@ -830,6 +974,7 @@ VALID_CASES: Final[tuple[Case, ...]] = (
             },
             "spec.prefill": {
                 "tensorParallelSize": 2,
+                "gpusPerNode": 2,
                 "resources": {
                     "limits": {"cpu": "8", "memory": "64Gi", "hugepages-2Mi": "1Gi", "example.com/nic": 1},
                     "requests": {"cpu": "500m", "memory": "32Gi", "example.com/nic": "1"},
@@ -881,7 +1026,7 @@ VALID_CASES: Final[tuple[Case, ...]] = (
                     {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "sglang.cfg", "key": "a.b-c_d"}}},
                 ],
             },
-            "spec.decode": {"tensorParallelSize": 4},
+            "spec.decode": {"tensorParallelSize": 4, "gpusPerNode": 4},
             "spec.transfer": {
                 "rdma": {
                     "resources": {"rdma/hca_shared_devices_a": 1, "example.com/ib": "2"},

@@ -43,9 +43,9 @@ def test_a_new_service_is_applied_in_dependency_order_in_one_pass() -> None:
     result = apply.sync(client, OWNER, _desired(), [])
     assert len(result.applied) == len(_desired())
     kinds = [path.split("/")[-2] for _, path in client.writes]
-    first_wave = {"serviceaccounts", "roles", "services"}
-    assert set(kinds[:5]) == first_wave  # SA, Role, three Services, in any order
-    assert set(kinds[5:]) == {"rolebindings", "deployments"}
+    first_wave = {"serviceaccounts", "roles", "services", "poddisruptionbudgets"}
+    assert set(kinds[:8]) == first_wave  # SA, Role, three Services, three PodDisruptionBudgets, in any order
+    assert set(kinds[8:]) == {"rolebindings", "deployments"}
 
     client.reset()  # converged: a second pass writes nothing
     assert not apply.sync(client, OWNER, _desired(), client.children("golden", "qwen-rdma")).changed
@@ -60,6 +60,9 @@ def test_a_transient_failure_in_the_first_wave_keeps_the_writes_that_succeeded_a
     with pytest.raises(apply.ApiError):
         apply.sync(client, OWNER, _desired(), [], result=result)
     assert sorted(result.applied) == [
+        "PodDisruptionBudget/qwen-rdma-decode",
+        "PodDisruptionBudget/qwen-rdma-prefill",
+        "PodDisruptionBudget/qwen-rdma-router",
         "Role/qwen-rdma-router",
         "Service/qwen-rdma-prefill",
         "Service/qwen-rdma-router",

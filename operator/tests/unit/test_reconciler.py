@@ -25,8 +25,8 @@ from tests.unit.fakes import Event, FakeClient
 
 NAMESPACE = "team"
 NAME = "base"
-CHILD_COUNT = 9
-"""ServiceAccount, Role, RoleBinding, three Services and three Deployments."""
+CHILD_COUNT = 12
+"""ServiceAccount, Role, RoleBinding, three Services, three PodDisruptionBudgets and three Deployments."""
 
 INVALID = {"spec.decode.speculative": {"algorithm": "EAGLE"}}
 """Breaks spec-algorithm-match: decode would propose with EAGLE while prefill runs EAGLE3."""
@@ -80,7 +80,9 @@ def test_a_new_service_gets_every_child_and_a_progressing_status() -> None:
 
     child_writes = [path for method, path in client.writes if path != _status_path()]
     assert len(child_writes) == CHILD_COUNT
-    assert {obj["kind"] for obj in client.children(NAMESPACE, NAME)} == {k.kind for k in apply.OWNED_KINDS}
+    # Every owned kind but the model cache's fill Job, which only a claim-backed spec.model.cache renders.
+    owned = {k.kind for k in apply.OWNED_KINDS} - {apply.JOB.kind}
+    assert {obj["kind"] for obj in client.children(NAMESPACE, NAME)} == owned
     assert client.writes[-1] == ("PATCH", _status_path())
     # A service without status never had children: the only read is the service itself (the cache was cold).
     assert [path for method, path in client.requests if method == "GET"] == [
@@ -447,3 +449,64 @@ def test_runtime_health_is_written_with_the_status_and_announced_on_transitions_
         )
         is None
     )
+
+
+CACHE = {"spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}}}
+
+
+def _set_job_status(client: FakeClient, job_status: dict[str, Any]) -> str:
+    """Give the service's one fill Job `job_status` (as the Job controller would); returns the Job's name."""
+    (job,) = [obj for obj in client.children(NAMESPACE, NAME) if obj["kind"] == apply.JOB.kind]
+    client.objects[apply.located(job)[1]]["status"] = job_status
+    return str(job["metadata"]["name"])
+
+
+def test_model_cached_follows_the_fill_job_with_events_on_transitions() -> None:
+    client = FakeClient()
+    client.create(_manifest(CACHE))
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+    cached = _conditions(client)["ModelCached"]
+    assert (cached["status"], cached["reason"]) == ("False", r.MODEL_CACHED_FILLING.reason)
+
+    complete = [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]
+    job = _set_job_status(client, {"succeeded": 1, "conditions": complete})
+    client.reset()
+    _pass(reconciler, client)
+    cached = _conditions(client)["ModelCached"]
+    assert (cached["status"], cached["reason"], cached["message"]) == ("True", "Filled", f"Job {job} completed")
+    assert [e.reason for e in client.events] == [r.EVENT_MODEL_CACHE_FILLED.reason]
+    client.reset()
+    _pass(reconciler, client)
+    assert client.events == []  # a resync repeats no Event
+
+
+def test_a_failed_fill_job_is_reported_once() -> None:
+    client = FakeClient()
+    client.create(_manifest(CACHE))
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff limit"}
+    _set_job_status(client, {"failed": 5, "conditions": [failed]})
+    client.reset()
+    _pass(reconciler, client)
+    _pass(reconciler, client)
+    cached = _conditions(client)["ModelCached"]
+    assert (cached["status"], cached["reason"]) == ("False", r.MODEL_CACHED_FILL_FAILED.reason)
+    assert [e.reason for e in client.events] == [r.EVENT_MODEL_CACHE_FILL_FAILED.reason]
+
+
+def test_a_new_revision_prunes_the_old_fill_job() -> None:
+    client = FakeClient()
+    client.create(_manifest(CACHE))
+    reconciler = _reconciler(client)
+    _pass(reconciler, client)
+    (old,) = [o["metadata"]["name"] for o in client.children(NAMESPACE, NAME) if o["kind"] == apply.JOB.kind]
+    reconciler.services.put(
+        client.update_spec(NAMESPACE, NAME, _manifest({**CACHE, "spec.model.revision": "v2"})["spec"])
+    )
+    client.reset()
+    _pass(reconciler, client)
+    (new,) = [o["metadata"]["name"] for o in client.children(NAMESPACE, NAME) if o["kind"] == apply.JOB.kind]
+    assert new != old
+    assert ("DELETE", apply.JOB.item(NAMESPACE, old)) in client.writes

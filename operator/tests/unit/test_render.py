@@ -13,7 +13,9 @@ import yaml
 from disaggspec import constants as c
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
+from disaggspec.ib_device_map import IMAGE_PATH
 from disaggspec.render import fingerprint, render
+from disaggspec.render.rdma import server_command
 from disaggspec.sglang.args import server_args
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -61,9 +63,20 @@ def test_extra_args_come_last() -> None:
     assert argv[-2:] == ["--mem-fraction-static", "0.7"]
 
 
+def _static_rdma() -> dict[str, Any]:
+    """The rdma example with a static per-GPU NIC map, on whole 4-GPU nodes (where a static map is allowed)."""
+    obj = _example("rdma-multus")
+    block = obj["spec"]["transfer"]["rdma"]
+    block.pop("ibDevices", None)
+    block["ibDevicesPerGpu"] = {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"}
+    for role in ("prefill", "decode"):
+        obj["spec"][role]["gpusPerNode"] = 4
+    return obj
+
+
 def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
-    manifests = render(parse_service(_example("rdma-multus")), OperatorConfig())
-    name = _example("rdma-multus")["metadata"]["name"]
+    manifests = render(parse_service(_static_rdma()), OperatorConfig())
+    name = _static_rdma()["metadata"]["name"]
     pod = _by(manifests, "Deployment", f"{name}-decode")["spec"]["template"]
     container = pod["spec"]["containers"][0]
     mapping = json.loads(_flag(container["command"], "--disaggregation-ib-device"))
@@ -79,6 +92,78 @@ def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
     assert container["resources"]["requests"]["rdma/hca_shared_devices_a"] == 1
     assert pod["metadata"]["annotations"][c.ANNOTATION_MULTUS_NETWORKS] == "rdma/ib-net"
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def _decode_container(obj: dict[str, Any]) -> dict[str, Any]:
+    manifests = render(parse_service(obj), OperatorConfig())
+    deployment = _by(manifests, "Deployment", f"{obj['metadata']['name']}-decode")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _auto_rdma(backend: str, **rdma: Any) -> dict[str, Any]:
+    """The rdma example (no static map: the default mapping is then Auto) with `backend` and the `rdma` fields."""
+    obj = _example("rdma-multus")
+    obj["spec"]["transfer"]["backend"] = backend
+    block = obj["spec"]["transfer"]["rdma"]
+    block.pop("ibDevices", None)
+    block.update(rdma)
+    return obj
+
+
+def test_auto_mapping_wraps_the_server_command() -> None:
+    container = _decode_container(_auto_rdma("mooncake", ibDevices=["mlx5_0", "mlx5_1"]))
+    command = container["command"]
+    assert command[: command.index("--") + 1] == [
+        "python3",
+        IMAGE_PATH,
+        "--form",
+        "map",
+        "--backend",
+        "mooncake",
+        "--allow",
+        "mlx5_0",
+        "--allow",
+        "mlx5_1",
+        "--",
+    ]
+    # The wrapper adds the device flag and NCCL_IB_HCA at start; the rendered server command has neither.
+    assert server_command(command)[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert "--disaggregation-ib-device" not in command
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "NCCL_IB_HCA" not in env
+    assert env["MC_GID_INDEX"] == "3"
+    assert "UCX_IB_GID_INDEX" not in env
+
+
+def test_auto_mapping_on_0_5_2_asks_for_the_list_form() -> None:
+    obj = _auto_rdma("nixl")
+    obj["spec"]["sglang"]["version"] = "0.5.2"
+    command = _decode_container(obj)["command"]
+    assert command[2:6] == ["--form", "list", "--backend", "nixl"]
+
+
+def test_nixl_gets_the_ucx_gid_index() -> None:
+    env = {e["name"]: e.get("value") for e in _decode_container(_auto_rdma("nixl"))["env"]}
+    assert env["UCX_IB_GID_INDEX"] == env["NCCL_IB_GID_INDEX"] == env["MC_GID_INDEX"] == "3"
+
+
+def test_static_map_with_nixl_leaves_ucx_net_devices_unset() -> None:
+    # 0.5.23's nixl applies the per-GPU map only when UCX_NET_DEVICES is empty.
+    obj = _static_rdma()
+    obj["spec"]["transfer"]["backend"] = "nixl"
+    container = _decode_container(obj)
+    assert container["command"][:3] == ["python3", "-m", "sglang.launch_server"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "UCX_NET_DEVICES" not in env
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+
+
+def test_static_list_is_rendered_as_given() -> None:
+    container = _decode_container(_auto_rdma("nixl", ibDeviceMapping="Static", ibDevices=["mlx5_0", "mlx5_1"]))
+    assert _flag(container["command"], "--disaggregation-ib-device") == "mlx5_0,mlx5_1"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
 
 
 def test_no_rdma_means_no_capability_and_no_rdma_env() -> None:
@@ -174,7 +259,7 @@ def test_typed_tolerations_affinity_and_env_sources_render_as_given() -> None:
 def test_non_canonical_gpu_keys_do_not_crash_rendering() -> None:
     # Validation refuses such keys; rendering stays total anyway (int('gpu1') raised), so no caller that renders
     # before or without validating can crash on one.
-    obj = _example("rdma-multus")
+    obj = _static_rdma()
     obj["spec"]["transfer"]["rdma"]["ibDevicesPerGpu"].update({"gpu1": "mlx5_9", "10": "mlx5_2"})
     manifests = render(parse_service(obj), OperatorConfig())
     container = _by(manifests, "Deployment", f"{obj['metadata']['name']}-prefill")["spec"]["template"]["spec"]

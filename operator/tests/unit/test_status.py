@@ -206,6 +206,81 @@ def test_runtime_health_conditions_come_straight_from_the_verdict() -> None:
     assert conditions["Ready"].reason == "RolloutInProgress"
 
 
+_JOB = "svc-cache-0123456789"
+_CACHE_STATES: dict[str, status.ModelCacheObservation] = {
+    "absent": status.ModelCacheObservation(_JOB, None),
+    "active": status.ModelCacheObservation(_JOB, {"status": {"active": 1, "failed": 1}}),
+    "succeeded": status.ModelCacheObservation(
+        _JOB,
+        {
+            "status": {
+                "succeeded": 1,
+                "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True"},
+                    {"type": "Complete", "status": "True"},
+                ],
+            }
+        },
+    ),
+    "failed": status.ModelCacheObservation(
+        _JOB,
+        {
+            "status": {
+                "failed": 5,
+                "conditions": [
+                    {"type": "FailureTarget", "status": "True"},
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                    },
+                ],
+            }
+        },
+    ),
+    "node-local": status.ModelCacheObservation(None),
+}
+
+
+def _cached(state: str, **deployments: dict[str, Any] | None) -> Condition:
+    observation = Observation(3, ACCEPTED, deployments, "abc", "svc", model_cache=_CACHE_STATES[state])
+    return _by_type(status.compute(observation, None, "T1"))["ModelCached"]
+
+
+def test_model_cached_follows_the_fill_job() -> None:
+    absent, active = _cached("absent"), _cached("active")
+    assert (absent.status, absent.reason) == ("False", r.MODEL_CACHED_FILLING.reason)
+    assert (active.status, active.reason) == ("False", r.MODEL_CACHED_FILLING.reason)
+    assert active.message == f"Job {_JOB} is downloading (1 active, 1 failed attempt(s))"
+    done = _cached("succeeded")
+    assert (done.status, done.reason) == ("True", r.MODEL_CACHED_FILLED.reason)
+    failed = _cached("failed")
+    assert (failed.status, failed.reason) == ("False", r.MODEL_CACHED_FILL_FAILED.reason)
+    assert failed.message == f"Job {_JOB} failed: BackoffLimitExceeded: Job has reached the specified backoff limit"
+    local = _cached("node-local")
+    assert (local.status, local.reason) == ("Unknown", r.MODEL_CACHED_NODE_LOCAL.reason)
+
+
+def test_no_model_cache_no_condition() -> None:
+    ready = _deployment(1, 1)
+    result = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
+    assert "ModelCached" not in _by_type(result)
+
+
+def test_a_deadline_passed_while_the_cache_fills_is_not_a_stuck_rollout() -> None:
+    late = _deployment(
+        1, 0, conditions=[{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    )
+    ready = _deployment(1, 1)
+    for state, reason in (("active", r.DEGRADED_AS_EXPECTED), ("failed", r.DEGRADED_ROLLOUT_STUCK)):
+        cache = _CACHE_STATES[state]
+        observation = Observation(
+            3, ACCEPTED, {"prefill": late, "decode": ready, "router": ready}, "a", "s", model_cache=cache
+        )
+        assert _by_type(status.compute(observation, None, "T1"))["Degraded"].reason == reason.reason
+
+
 def test_every_reason_set_is_in_the_vocabulary() -> None:
     ready = _deployment(1, 1)
     stuck = _deployment(1, 0, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}])
@@ -219,6 +294,7 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, ACCEPTED, {}, None, None, None, "kube-system"),
         Observation(3, ACCEPTED, {}, None, None, refused="the API server refuses Deployment x: ..."),
         Observation(3, ACCEPTED, {}, None, None, render_error="rendering the children failed: ..."),
+        *(Observation(3, ACCEPTED, {}, None, None, model_cache=cache) for cache in _CACHE_STATES.values()),
     ]
     runtime = [reason for reason in r.CONDITION_REASONS if reason.condition in _RUNTIME_TYPES]
     spec_decode = [reason for reason in runtime if reason.condition == "SpecDecodeHealthy"]

@@ -161,8 +161,15 @@ def test_every_table_cel_lands_in_the_crd() -> None:
             for pool in ("prefill", "decode")
             for ref in ("secretKeyRef", "configMapKeyRef")
         },
-        "HostPathVolume": {".spec.model.volume.hostPath"},
+        "HostPathVolume": {
+            ".spec.model.volume.hostPath",
+            ".spec.model.cache.hostPath",
+            ".spec.engine.compileCache.hostPath",
+        },
+        "CacheVolume": {".spec.model.cache", ".spec.engine.compileCache"},
+        "CacheClaim": {".spec.model.cache.persistentVolumeClaim", ".spec.engine.compileCache.persistentVolumeClaim"},
         "ResourceRequirements": {".spec.prefill.resources", ".spec.decode.resources", ".spec.router.resources"},
+        "DisruptionSpec": {".spec.prefill.disruption", ".spec.decode.disruption", ".spec.router.disruption"},
         "Toleration": {".spec.prefill.tolerations[]", ".spec.decode.tolerations[]"},
         "NodeSelectorRequirement": {
             f".spec.{pool}.affinity.nodeAffinity.{where}.{kind}[]"

@@ -1,0 +1,91 @@
+"""Start-up, readiness, liveness and shutdown of pool and router pods, from `spec.<pool>.lifecycle`; pure.
+
+Probes follow the release (`SGLangProfile.ready_path`): where SGLang has a cheap `/ready` (0.5.23: no generation,
+503 while starting, paused or draining) the startup and readiness probes use it; otherwise (0.5.2) they use
+`/health`. Liveness always uses `/health`, which runs a one-token generation and answers 503 once nothing came back
+within `SGLANG_HEALTH_CHECK_TIMEOUT` (20 s): a probe of it waits longer than that, so SGLang decides, not the
+kubelet's timeout. The startup probe allows `startup_seconds` before the kubelet restarts a server.
+
+Shutdown: a preStop pause (`prestop_seconds`) while the pod, already marked for deletion, leaves the Service's
+endpoints and the router's pod watch; then SIGTERM, on which SGLang drains (it fails /health and /ready, keeps serving
+what still arrives, and exits once no request is left); SIGKILL at terminationGracePeriodSeconds = drainSeconds.
+
+The Deployment's progress deadline is `startup_seconds + drain_seconds + ROLLOUT_MARGIN_SECONDS`: with maxSurge 0 a
+rollout replaces one pod at a time, and each step may wait for the old pod's drain (its GPUs), then pull and start the
+new one. `status.stuck` reads the Deployment controller's ProgressDeadlineExceeded, so a big model's healthy rollout
+is never reported as RolloutStuck.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from disaggspec.api.v1alpha1 import PoolLifecycle
+from disaggspec.sglang.profiles import SGLangProfile
+
+HEALTH_PATH: Final = "/health"
+STARTUP_SECONDS: Final = 1800
+"""Start-up budget of a pool pod with fewer than `LARGE_POD_GPUS` GPUs: download, load, capture CUDA graphs."""
+LARGE_STARTUP_SECONDS: Final = 3600
+"""Start-up budget of a pod with `LARGE_POD_GPUS` or more GPUs: a DeepSeek-class model, 600+ GB of weights."""
+LARGE_POD_GPUS: Final = 8
+ROLLOUT_MARGIN_SECONDS: Final = 600
+"""Scheduling and pulling a multi-GB SGLang image, per rollout step, on top of start-up and drain."""
+
+PROBE_PERIOD: Final = 10
+READINESS_FAILURES: Final = 3
+LIVENESS_PERIOD: Final = 30
+LIVENESS_FAILURES: Final = 4
+"""A server is restarted after two minutes of failed health generations, not after one slow one."""
+CHEAP_PROBE_TIMEOUT: Final = 5
+HEALTH_TIMEOUT_MARGIN: Final = 5
+"""Seconds a /health probe waits beyond SGLang's own health window."""
+PRESTOP_SECONDS: Final = PROBE_PERIOD * READINESS_FAILURES + 5
+"""The preStop pause: a few seconds longer than a readiness-only consumer needs to see a failing pod go unready."""
+ROUTER_PRESTOP_SECONDS: Final = 10
+"""The router's preStop pause: kube-proxy on every node drops it from the router Service first."""
+
+
+def startup_seconds(lifecycle: PoolLifecycle, gpus: int) -> int:
+    """The start-up budget: the field if set, else by size class (a pod's GPUs stand for the model's size)."""
+    if lifecycle.startup_seconds is not None:
+        return lifecycle.startup_seconds
+    return LARGE_STARTUP_SECONDS if gpus >= LARGE_POD_GPUS else STARTUP_SECONDS
+
+
+def progress_deadline_seconds(lifecycle: PoolLifecycle, gpus: int) -> int:
+    """The pool Deployment's progressDeadlineSeconds (see the module docstring)."""
+    return startup_seconds(lifecycle, gpus) + lifecycle.drain_seconds + ROLLOUT_MARGIN_SECONDS
+
+
+def prestop_seconds(lifecycle: PoolLifecycle) -> int:
+    """The preStop pause, at most half the drain budget so SGLang keeps the rest for its own drain."""
+    return min(PRESTOP_SECONDS, lifecycle.drain_seconds // 2)
+
+
+def _http(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def pool_probes(profile: SGLangProfile, lifecycle: PoolLifecycle, gpus: int) -> dict[str, dict[str, Any]]:
+    """startupProbe, readinessProbe and livenessProbe of a pool's SGLang container."""
+    health_timeout = profile.health_check_timeout_seconds + HEALTH_TIMEOUT_MARGIN
+    ready_path = profile.ready_path or HEALTH_PATH
+    ready_timeout = CHEAP_PROBE_TIMEOUT if profile.ready_path else health_timeout
+    startup_failures = math.ceil(startup_seconds(lifecycle, gpus) / PROBE_PERIOD)
+    return {
+        "startupProbe": _http(ready_path, PROBE_PERIOD, startup_failures, ready_timeout),
+        "readinessProbe": _http(ready_path, PROBE_PERIOD, READINESS_FAILURES, ready_timeout),
+        "livenessProbe": _http(HEALTH_PATH, LIVENESS_PERIOD, LIVENESS_FAILURES, health_timeout),
+    }
+
+
+def prestop(seconds: int) -> dict[str, Any]:
+    """A container `lifecycle` whose preStop pauses `seconds` (`sleep` exists in the SGLang and router images)."""
+    return {"preStop": {"exec": {"command": ["sleep", str(seconds)]}}}
