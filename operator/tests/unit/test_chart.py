@@ -34,13 +34,18 @@ Rule = tuple[str, str, str, str]
 """(apiGroup, resource, verb, resourceName or "")."""
 
 
-def helm_binary() -> str:
-    if build.HELM.is_built():
-        return str(build.HELM.path("helm"))
-    found = shutil.which("helm")
+def built_binary(component: build.Component, name: str) -> str:
+    """`name` from the build cache of `component`, else from PATH; skips the test when neither has it."""
+    if component.is_built():
+        return str(component.path(name))
+    found = shutil.which(name)
     if found is None:
-        pytest.skip("helm not built: run `make cluster-build`")
+        pytest.skip(f"{name} not built: run `make cluster-build`")
     return found
+
+
+def helm_binary() -> str:
+    return built_binary(build.HELM, "helm")
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

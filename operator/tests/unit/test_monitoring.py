@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from disaggspec import constants, metrics
 from e2e.cluster import build
 from e2e.serving.emulator import facts
-from tests.unit.test_chart import CHART, EXAMPLES, REPO, by_kind, helm, one, rendered, template
+from tests.unit.test_chart import CHART, EXAMPLES, REPO, built_binary, by_kind, helm, one, rendered, template
 
 MONITORING = CHART / "monitoring"
 RULES = MONITORING / "disaggspec-rules.yaml"
@@ -53,12 +51,7 @@ GRAFANA_SAMPLE_VALUES = {"__rate_interval": "5m", "namespace": "team-a", "servic
 
 
 def promtool_binary() -> str:
-    if build.PROMTOOL.is_built():
-        return str(build.PROMTOOL.path("promtool"))
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool not built: run `make cluster-build`")
-    return found
+    return built_binary(build.PROMTOOL, "promtool")
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
