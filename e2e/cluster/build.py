@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from e2e.cluster import versions
 
@@ -139,17 +140,18 @@ def _write_module(directory: Path, module: str, requires: dict[str, str], replac
     (directory / "main.go").write_text(main)
 
 
+def _mod_download(go: str, module: str, scratch: Path) -> dict[str, Any]:
+    """`go mod download -json module` (module@version): where the module's files and go.mod are in the module cache."""
+    out = subprocess.run([go, "mod", "download", "-json", module], cwd=scratch, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BuildError(f"cannot download {module}: {out.stdout}{out.stderr}")
+    info: dict[str, Any] = json.loads(out.stdout)
+    return info
+
+
 def _staging_modules(go: str, scratch: Path) -> list[str]:
     """The staging modules the pinned k8s.io/kubernetes replaces with local paths, read from its real go.mod."""
-    out = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{versions.KUBERNETES}"],
-        cwd=scratch,
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise BuildError(f"cannot download k8s.io/kubernetes@{versions.KUBERNETES}: {out.stdout}{out.stderr}")
-    gomod = Path(json.loads(out.stdout)["GoMod"]).read_text()
+    gomod = Path(_mod_download(go, f"k8s.io/kubernetes@{versions.KUBERNETES}", scratch)["GoMod"]).read_text()
     return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", gomod, re.MULTILINE)))
 
 
@@ -297,15 +299,8 @@ def build_promtool(go: str) -> None:
     component = PROMTOOL
     with tempfile.TemporaryDirectory(prefix="promtool-build-", dir=cache_root()) as tmp:
         scratch = Path(tmp)
-        source = subprocess.run(
-            [go, "mod", "download", "-json", f"github.com/prometheus/prometheus@{component.version}"],
-            cwd=scratch,
-            capture_output=True,
-            text=True,
-        )
-        if source.returncode != 0:
-            raise BuildError(f"cannot download Prometheus {component.version}: {source.stdout}{source.stderr}")
-        release = (Path(json.loads(source.stdout)["Dir"]) / "VERSION").read_text().strip()
+        source = _mod_download(go, f"github.com/prometheus/prometheus@{component.version}", scratch)
+        release = (Path(source["Dir"]) / "VERSION").read_text().strip()
         log(f"promtool {component.version}: Prometheus {release}")
         version = f"github.com/prometheus/common/version.Version={release}"
         package = "github.com/prometheus/prometheus/cmd/promtool"
