@@ -7,9 +7,10 @@ starts; the process gets exactly the chart's permissions), starts the pod runner
 local process on its own loopback IP: the real pinned router package for the router pod, the SGLang emulator for pool
 pods), applies the EAGLE3 example, waits for Ready, prints the service, its children and the rendered command lines,
 sends a real request through the router and prints the (emulated) answer and who served it, shows every pool pod's
-SGLang metrics, then applies two bad specs and prints how each is rejected: a prefill/decode mismatch (CEL, in the
-CRD) and an unknown SGLang flag (the operator's webhook). The cluster, the operator, the pod runner and the service
-keep running for exploration (it prints a `curl` line to try) until `make demo-down`.
+SGLang metrics, changes the draft's revision while traffic flows through the router Service (a coordinated rollout: a
+new revision beside the old one), then applies two bad specs and prints how each is rejected: a prefill/decode
+mismatch (CEL, in the CRD) and an unknown SGLang flag (the operator's webhook). The cluster, the operator, the pod
+runner and the service keep running for exploration (it prints a `curl` line to try) until `make demo-down`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +33,15 @@ import yaml
 from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import ClusterError, LocalCluster
 from e2e.cluster.processes import port_free
+from e2e.serving.continuous import continuous
 from e2e.serving.daemon import start_runner
 from e2e.serving.plan import DEFAULT_LAUNCHER
 from e2e.serving.routers import ensure_router_venv
+from e2e.serving.traffic import Load
+from e2e.support import workloads
 from e2e.support.kube import Cluster, CommandFailed
 from e2e.support.operator_install import CHART, fullname, service_account_kubeconfig
+from e2e.support.rollout import kube_api, router_service_target
 from e2e.support.serving import ready_pods, served_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,9 +183,7 @@ def up() -> None:
 
     say("6. the SGLang command lines the operator rendered")
     for role in ("prefill", "decode", "router"):
-        deployment = json.loads(
-            cluster.kubectl("get", "deployment", f"{name}-{role}", "-n", NAMESPACE, "-o", "json").stdout
-        )
+        deployment = workloads.deployment(client, NAMESPACE, name, role)
         command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
         print(f"{role}:\n  " + " ".join(command))
 
@@ -206,8 +210,11 @@ def up() -> None:
             for line in _metric_lines(metrics, ("sglang:num_requests_total", "sglang:spec_accept_length")):
                 print(f"  {line}")
 
-    say("7. a mismatched pair: decode overrides eagleTopk (rejected by the CRD's CEL rules, no operator needed)")
+    say("6d. a change of the pair under traffic: a new draft revision rolls out as a new revision beside the old one")
     original: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    url = _roll_out_under_traffic(client, original, model, port)
+
+    say("7. a mismatched pair: decode overrides eagleTopk (rejected by the CRD's CEL rules, no operator needed)")
     mismatched = copy.deepcopy(original)
     mismatched["metadata"]["name"] = "mismatched"
     mismatched["spec"]["decode"]["speculative"] = {"eagleTopk": 4, "numDraftTokens": 8}
@@ -225,6 +232,48 @@ def up() -> None:
     print(f"{sys.executable} -m e2e.serving.traffic --url {url} --model {model} --streams 8 --requests 200")
     print(f'eval "$({sys.executable} -m e2e.cluster env)"   # then: kubectl get dss -n {NAMESPACE} -o yaml')
     print("make demo-down                                    # stop the operator, the pod runner and the cluster")
+
+
+def _roll_out_under_traffic(client: Cluster, original: dict[str, Any], model: str, port: int) -> str:
+    """Change the draft's revision (a must-match setting) while traffic flows through the router Service, print the
+    revisions as they change and what the traffic saw; returns the URL of a router pod of the new revision."""
+    name = original["metadata"]["name"]
+    changed = copy.deepcopy(original)
+    changed["spec"]["speculative"]["draftModel"]["revision"] = "main"
+    api = kube_api(client)
+    load = Load(url="", model=model, streams=4, requests=20_000, duration=180, max_tokens=8)
+    seen: list[str] = []
+    with continuous(load, router_service_target(api, NAMESPACE, original)) as traffic:
+        time.sleep(1)
+        show(client.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(changed)))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            live = json.loads(client.kubectl("get", "dss", name, "-n", NAMESPACE, "-o", "json").stdout)
+            status = live.get("status") or {}
+            revisions = status.get("revisions") or []
+            line = ", ".join(
+                f"{r['name']} {r['traffic']} (prefill {r['prefill'].get('readyReplicas', 0)}, "
+                f"decode {r['decode'].get('readyReplicas', 0)} ready)"
+                for r in revisions
+            )
+            if line != (seen[-1] if seen else None):
+                seen.append(line)
+                print(f"  revisions: {line}")
+            done = status.get("observedGeneration") == live["metadata"]["generation"] and len(revisions) == 1
+            if done and revisions[0]["traffic"] == "Active" and len(seen) > 1:
+                break
+            time.sleep(0.5)
+        time.sleep(1)
+        report = traffic.stop()
+    summary = report.summary()
+    by_revision = Counter(o.prefill_revision[:8] for o in report.succeeded if o.prefill_revision)
+    print(
+        f"traffic through the router Service during the rollout: {summary['requests']} requests, "
+        f"{summary['failures']} failed; served per revision: {dict(by_revision)}"
+    )
+    show(client.kubectl("get", "dss", name, "-n", NAMESPACE))
+    routers = ready_pods(client, NAMESPACE, name, "router")
+    return f"http://{routers[0]['status']['podIP']}:{port}"
 
 
 def down() -> None:

@@ -42,6 +42,7 @@ from kubernetes import watch as k8s_watch
 from disaggspec import apply, render
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
+from disaggspec.render.names import deployment_name
 from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.support.operator_process import OperatorProcess
 
@@ -61,8 +62,10 @@ def service(name: str) -> dict[str, Any]:
 
 def expected_children(name: str) -> list[str]:
     roles = ("prefill", "decode", "router")
+    rendered = parse_service(service(name))
+    fingerprint = render.fingerprint(rendered)
     return (
-        [f"Deployment/{name}-{r}" for r in roles]
+        [f"Deployment/{deployment_name(rendered, r, fingerprint)}" for r in roles]
         + [f"Service/{name}-{r}" for r in roles]
         + [f"{kind}/{name}-router" for kind in ("ServiceAccount", "Role", "RoleBinding")]
     )

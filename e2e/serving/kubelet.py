@@ -21,7 +21,8 @@ Per container (one local process, see `plan.py` for what runs):
 
 Per pod: the status (`podstatus.py`) is patched whenever a container's state or readiness changes (coalesced, one
 patch in flight per pod, retried on errors). When the pod gets a deletionTimestamp: every container is marked not
-ready, stopped with the pod's `deletionGracePeriodSeconds` (at least 2 s, as the kubelet), then the pod is deleted
+ready, its preStop pause runs (`exec: [sleep, N]` or the `sleep` action; any other hook is logged, not run), then it
+is stopped within the pod's `deletionGracePeriodSeconds` (at least 2 s, as the kubelet), then the pod is deleted
 with grace period 0 and a UID precondition. A pod that vanishes has its processes stopped the same way.
 """
 
@@ -110,6 +111,22 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def prestop_pause(hook: dict[str, Any] | None) -> float | None:
+    """Seconds a preStop hook pauses, for the hooks that only pause: `exec: [sleep, N]` (what the operator renders)
+    and the `sleep: {seconds: N}` action; None for none or any other hook (the runner runs no arbitrary command)."""
+    if not hook:
+        return None
+    if "sleep" in hook:
+        return float(hook["sleep"].get("seconds", 0))
+    command = (hook.get("exec") or {}).get("command") or []
+    if len(command) == 2 and command[0] in ("sleep", "/bin/sleep"):
+        try:
+            return max(0.0, float(command[1]))
+        except ValueError:
+            return None
+    return None
+
+
 def pod_grace(pod: dict[str, Any]) -> float:
     """The grace period to stop the pod's processes with: its deletionGracePeriodSeconds while it is being deleted,
     else spec.terminationGracePeriodSeconds (default 30), never less than `MIN_GRACE`."""
@@ -152,6 +169,8 @@ class ContainerWorker:
         self.proc: asyncio.subprocess.Process | None = None
         self._stop = asyncio.Event()
         self._stop_deadline = float("inf")
+        self._probing = False
+        """The probes of the running process may act (False once it is exiting or being stopped)."""
         self._kill_request: asyncio.Future[str] | None = None
         self._backoff = Backoff(self.runtime.settings.backoff_initial, self.runtime.settings.backoff_cap)
         self._said: set[str] = set()
@@ -367,7 +386,11 @@ class ContainerWorker:
             await asyncio.wait({exited, stopped, kill_request}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-            for task in probe_tasks:  # no probing of a container that is exiting or being stopped
+            # No probing of a container that is exiting or being stopped. The flag as well as the cancel: Python
+            # 3.11's wait_for (the HTTP probe's timeout) returns a result that lands with the cancel and drops the
+            # cancel, and a probe loop that missed it would run on and keep this container from ever being stopped.
+            self._probing = False
+            for task in probe_tasks:
                 task.cancel()
             await asyncio.gather(*probe_tasks, return_exceptions=True)
             if not exited.done():
@@ -423,6 +446,7 @@ class ContainerWorker:
     # ---- probes ------------------------------------------------------------------------------------------------
 
     def _start_probes(self, started: float) -> list[asyncio.Task[None]]:
+        self._probing = True
         tasks: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
         if STARTUP in self.probes:
@@ -440,10 +464,12 @@ class ContainerWorker:
         """Probe every period from `started` + initialDelaySeconds; apply results once over their threshold."""
         tracker = ProbeTracker(spec)
         next_at = max(started + spec.initial_delay, time.monotonic())
-        while True:
+        while self._probing:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at = max(next_at + spec.period, time.monotonic())
             outcome = await self._probe(spec)
+            if not self._probing:
+                return
             if not outcome.success:
                 self._event(WARNING, "Unhealthy", f"{spec.role.capitalize()} probe failed: {outcome.message}")
             if not tracker.record(outcome.success):
@@ -459,6 +485,8 @@ class ContainerWorker:
                     tasks.extend(self._after_startup(started))
                 return
             if spec.role == READINESS:
+                if self.pod_worker.end in ("delete", "shutdown"):
+                    continue  # a pod being deleted stays out of the endpoints, whatever its server still answers
                 if self.view.ready != tracker.result:
                     log(f"{self.where}: {'ready' if tracker.result else 'not ready'}")
                     self.view.ready = bool(tracker.result)
@@ -690,12 +718,29 @@ class PodWorker:
                     )
             self.notify()
             await self.flush(timeout=2.0)
+            if self.end == "delete":
+                await self._pre_stop(running_ones)
         self._stop_containers()
         await asyncio.gather(*(c.wait() for c in self.containers))
         if self._writes_status():
             await self.flush(timeout=2.0)
         if self.end == "delete" and not self.gone:
             await self._delete()
+
+    async def _pre_stop(self, containers: list[ContainerWorker]) -> None:
+        """Run the containers' preStop hooks (in parallel, within the grace period) before they get SIGTERM."""
+        pauses = []
+        for container in containers:
+            hook = (container.spec.get("lifecycle") or {}).get("preStop")
+            seconds = prestop_pause(hook)
+            if seconds is None:
+                if hook:
+                    log(f"{self.key}/{container.name}: preStop {hook} is not a pause: not run")
+                continue
+            log(f"{self.key}/{container.name}: preStop pause {seconds:g}s")
+            pauses.append(seconds)
+        if pauses:
+            await asyncio.sleep(max(0.0, min(max(pauses), self._deadline - time.monotonic() - MIN_GRACE)))
 
     async def _delete(self) -> None:
         metadata = self.pod["metadata"]

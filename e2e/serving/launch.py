@@ -6,7 +6,8 @@
   writes a kubeconfig with it and then becomes the router (exec, no extra process).
 - A pool container (`python3 -m sglang.launch_server ...`) runs the SGLang worker emulator with the pod's exact SGLang
   flags, for the release in the pod's `app.kubernetes.io/version` label, configured by the pod's
-  `emulator.disaggspec.io/<key>` annotations (see docs/serving-emulator.md).
+  `emulator.disaggspec.io/<key>` annotations (see docs/serving-emulator.md), and told its serving revision (the
+  pod's `disaggspec.io/spec-fingerprint` label) for the cross-revision oracle unless an annotation sets it.
 Anything else is not ours: the runner leaves it alone.
 
 One translation is applied to every argv, and it is the only one: every pod shares this machine's network, so
@@ -34,6 +35,8 @@ REPO: Final = Path(__file__).resolve().parents[2]
 ROUTER_READY_SOURCE: Final = REPO / "images" / "router" / "router_ready.py"
 """The file the router image installs at ROUTER_READY_HELPER."""
 EMULATOR_ANNOTATION_PREFIX: Final = "emulator.disaggspec.io/"
+REVISION_KEY: Final = "revision"
+"""The emulate option of the cross-revision oracle (docs/serving-emulator.md), filled from the fingerprint label."""
 _ANY_ADDRESS: Final = ("0.0.0.0", "::", "localhost", "127.0.0.1")
 _HOST_FLAGS: Final = ("--host", "--prometheus-host")
 _PASSED_THROUGH: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME", "PIP_CACHE_DIR")
@@ -75,12 +78,22 @@ def _base_env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def emulator_options(pod: dict[str, Any]) -> list[str]:
-    """`--emulate key=value` for every `emulator.disaggspec.io/<key>` annotation of the pod, sorted by key."""
-    annotations = pod.get("metadata", {}).get("annotations") or {}
+    """`--emulate key=value` for every `emulator.disaggspec.io/<key>` annotation of the pod, plus `revision=<the
+    pod's spec-fingerprint label>` when the pod has that label and no revision annotation; sorted by key."""
+    meta = pod.get("metadata", {})
+    annotations = meta.get("annotations") or {}
+    values = {
+        key[len(EMULATOR_ANNOTATION_PREFIX) :]: str(value)
+        for key, value in annotations.items()
+        if key.startswith(EMULATOR_ANNOTATION_PREFIX)
+    }
+    revision = (meta.get("labels") or {}).get(c.LABEL_FINGERPRINT)
+    if revision:
+        # An explicit annotation wins: a test can put one pod in another revision to provoke the oracle.
+        values.setdefault(REVISION_KEY, str(revision))
     options: list[str] = []
-    for key in sorted(annotations):
-        if key.startswith(EMULATOR_ANNOTATION_PREFIX):
-            options += ["--emulate", f"{key[len(EMULATOR_ANNOTATION_PREFIX) :]}={annotations[key]}"]
+    for key in sorted(values):
+        options += ["--emulate", f"{key}={values[key]}"]
     return options
 
 

@@ -2,10 +2,12 @@
 
 The client of the serving simulation. It speaks the OpenAI API with the served model name (which both router modes
 accept) or SGLang's native /generate, streams or not, and records every request's outcome: HTTP status, latency,
-time to first token, the error text, and which prefill and decode pods served it with which speculative fingerprint
-and bootstrap port (the SGLang emulator reports that in every answer; see docs/serving-emulator.md). It refuses any
-address outside 127.0.0.0/8 and always stops by itself: when the request budget is spent or the deadline passes,
-whichever comes first; a request still running at the deadline is cancelled and recorded as such.
+time to first token, the error text, which router got it, and which prefill and decode pods served it with which
+speculative fingerprint, revision and bootstrap port (the SGLang emulator reports that in every answer; see
+docs/serving-emulator.md). Requests go to `Load.url`, or to whatever a `Target` picks for each one (a Service's
+ready pods, `e2e.serving.servicetraffic`). It refuses any address outside 127.0.0.0/8 and always stops by itself:
+when the request budget is spent, the deadline passes or the caller's stop event is set, whichever comes first (the
+requests in flight then finish, each bounded by its timeout).
 
     python -m e2e.serving.traffic --url http://127.163.0.5:8000 --model llama --streams 8 --requests 200 --duration 30
 """
@@ -19,11 +21,12 @@ import itertools
 import json
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -50,8 +53,49 @@ def require_loopback(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """Where one request goes: a base URL on 127.0.0.0/8, and the name the outcome records as its `router`."""
+
+    url: str
+    name: str
+
+
+class Target(Protocol):
+    """Picks each request's endpoint. `refresh` (blocking; run on a worker thread) updates what `pick` chooses
+    from, every `refresh_interval` seconds while a load runs (None: never)."""
+
+    refresh_interval: float | None
+
+    def refresh(self) -> None: ...
+
+    def pick(self) -> Endpoint | None:
+        """The next request's endpoint; None when there is none (the request fails without being sent)."""
+        ...
+
+
+class FixedTarget:
+    """Every request to one URL (a router pod's own address); the outcome's `router` is its IP."""
+
+    refresh_interval: float | None = None
+
+    def __init__(self, url: str) -> None:
+        self.endpoint = Endpoint(require_loopback(url), urlsplit(url).hostname or url)
+
+    def refresh(self) -> None:
+        pass
+
+    def pick(self) -> Endpoint | None:
+        return self.endpoint
+
+    def __str__(self) -> str:
+        return self.endpoint.url
+
+
+@dataclass(frozen=True)
 class Load:
-    """What to send; both bounds (requests, duration) always apply."""
+    """What to send; both bounds (requests, duration) always apply.
+
+    `url` is where every request goes; it may be "" when a `Target` given to `run` picks each request's address."""
 
     url: str
     model: str
@@ -66,7 +110,8 @@ class Load:
     """Per-request timeout in seconds."""
 
     def __post_init__(self) -> None:
-        require_loopback(self.url)
+        if self.url:
+            require_loopback(self.url)
         if self.streams < 1 or self.requests < 1 or self.duration <= 0:
             raise ValueError("streams and requests must be at least 1 and duration positive")
 
@@ -92,6 +137,11 @@ class Outcome:
     bootstrap_port: int | None = None
     started: float = 0.0
     """Seconds since the load started."""
+    prefill_revision: str | None = None
+    decode_revision: str | None = None
+    """The serving revisions of the pods that served it (the emulator's `revision` oracle; None when unset)."""
+    router: str | None = None
+    """Which endpoint got it: the router pod's name through a Service target, else its IP (None: none was ready)."""
 
 
 @dataclass
@@ -133,6 +183,7 @@ class Report:
             "first_token_p50_ms": round(statistics.median(first_tokens) * 1000, 1) if first_tokens else None,
             "prefill_pods": dict(self.served_by("prefill")),
             "decode_pods": dict(self.served_by("decode")),
+            "routers": dict(Counter(o.router for o in ok if o.router)),
             "errors": dict(Counter(o.error[:120] for o in self.failures).most_common(5)),
         }
 
@@ -214,13 +265,16 @@ def _error_of(payload: Any, raw: str) -> str:
     return found or raw[:300] or "no body"
 
 
-async def _one(session: aiohttp.ClientSession, load: Load, index: int, api: Api, stream: bool, t0: float) -> Outcome:
+async def _one(
+    session: aiohttp.ClientSession, load: Load, endpoint: Endpoint, index: int, api: Api, stream: bool, t0: float
+) -> Outcome:
     started = time.monotonic()
     first: float | None = None
     status = 0
+    url = require_loopback(endpoint.url) + _PATHS[api]
     try:
         async with session.post(
-            load.url + _PATHS[api], json=_body(api, load, stream, index), timeout=aiohttp.ClientTimeout(load.timeout)
+            url, json=_body(api, load, stream, index), timeout=aiohttp.ClientTimeout(load.timeout)
         ) as response:
             status = response.status
             if stream and response.status == 200:
@@ -250,7 +304,16 @@ async def _one(session: aiohttp.ClientSession, load: Load, index: int, api: Api,
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
         return Outcome(
-            index, api, stream, False, status, time.monotonic() - started, first, failure, started=started - t0
+            index,
+            api,
+            stream,
+            False,
+            status,
+            time.monotonic() - started,
+            first,
+            failure,
+            started=started - t0,
+            router=endpoint.name,
         )
     latency = time.monotonic() - started
     ok = status == 200 and not error
@@ -270,41 +333,88 @@ async def _one(session: aiohttp.ClientSession, load: Load, index: int, api: Api,
         fingerprint_match=report.get("fingerprint_match"),
         bootstrap_port=report.get("bootstrap_port"),
         started=started - t0,
+        prefill_revision=report.get("prefill_revision"),
+        decode_revision=report.get("decode_revision"),
+        router=endpoint.name,
     )
 
 
-async def run(load: Load) -> Report:
-    """Send `load` and wait for every answer (or the deadline); never raises for a failed request."""
-    report = Report(load)
+NO_ENDPOINT_PAUSE = 0.05
+"""A stream that found no endpoint waits this long before its next request, so it neither spins the event loop
+(no I/O to yield on) nor burns the request budget in a moment."""
+
+
+async def _keep_refreshing(target: Target) -> None:
+    interval = target.refresh_interval
+    if interval is None:
+        return
+    while True:
+        await asyncio.sleep(interval)
+        await asyncio.to_thread(target.refresh)
+
+
+async def run(
+    load: Load, target: Target | None = None, *, stop: threading.Event | None = None, report: Report | None = None
+) -> Report:
+    """Send `load` to `target` (default: `load.url`) and wait for every answer (or the deadline); never raises for a
+    failed request. Setting `stop` ends the load early: no new request starts, those in flight finish. Outcomes are
+    appended to `report` (a fresh one by default) as they come, so another thread can watch them."""
+    if target is None:
+        if not load.url:
+            raise ValueError("Load.url is empty and no target was given")
+        target = FixedTarget(load.url)
+    report = report if report is not None else Report(load)
     t0 = time.monotonic()
     deadline = t0 + load.duration
     counter = itertools.count()
     mix = itertools.cycle(load.apis)
 
+    def more() -> bool:
+        return time.monotonic() < deadline and not (stop is not None and stop.is_set())
+
     async def stream_worker(session: aiohttp.ClientSession) -> None:
-        while time.monotonic() < deadline:
+        while more():
             index = next(counter)
             if index >= load.requests:
                 return
             api = next(mix)
             stream = load.stream if load.stream is not None else index % 2 == 1
-            report.outcomes.append(await _one(session, load, index, api, stream, t0))
+            endpoint = target.pick()
+            if endpoint is None:
+                failure = f"no ready endpoint: {target}"
+                report.outcomes.append(
+                    Outcome(index, api, stream, False, 0, 0.0, None, failure, started=time.monotonic() - t0)
+                )
+                await asyncio.sleep(NO_ENDPOINT_PAUSE)
+                continue
+            report.outcomes.append(await _one(session, load, endpoint, index, api, stream, t0))
 
+    await asyncio.to_thread(target.refresh)  # a first view before the first request
+    refresher = asyncio.ensure_future(_keep_refreshing(target))
     connector = aiohttp.TCPConnector(limit=load.streams)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        workers = [asyncio.ensure_future(stream_worker(session)) for _ in range(load.streams)]
-        _, pending = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()) + load.timeout)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+    try:
+        async with aiohttp.ClientSession(connector=connector) as session:
+            workers = [asyncio.ensure_future(stream_worker(session)) for _ in range(load.streams)]
+            done, pending = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()) + load.timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for task in done:
+                task.result()  # a stream that died (a target that picked a non-loopback address) fails the load
+    finally:
+        refresher.cancel()
+        ended = (await asyncio.gather(refresher, return_exceptions=True))[0]
+    if isinstance(ended, Exception):  # a refresh that failed unexpectedly: a stale view must not pass unnoticed
+        raise ended
     report.elapsed = time.monotonic() - t0
-    report.outcomes.sort(key=lambda o: o.index)
+    # A new sorted list, not an in-place sort: a watching thread never sees the list half sorted.
+    report.outcomes = sorted(report.outcomes, key=lambda o: o.index)
     return report
 
 
-def send(load: Load) -> Report:
-    """Synchronous entry point for tests and scripts."""
-    return asyncio.run(run(load))
+def send(load: Load, target: Target | None = None) -> Report:
+    """Synchronous entry point for tests and scripts (`run` to `target`, default `load.url`)."""
+    return asyncio.run(run(load, target))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from disaggspec.render import names
 from e2e.support.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,10 +69,24 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return found
 
 
-def expected_children(name: str) -> list[str]:
-    """`Kind/name` of everything the operator creates for service `name`, sorted."""
+def deployment(cluster: Cluster, namespace: str, service_name: str, role: str) -> dict[str, Any]:
+    """The one Deployment of `role` of service `service_name`, found by its labels: its name carries the revision
+    (`<service>-<role>-<8 hex of the fingerprint>`, `names.deployment_name`). Raises unless there is exactly one
+    (there are two while a rollout runs the new revision beside the old one)."""
+    selector = f"disaggspec.io/service={service_name},disaggspec.io/role={role}"
+    items: list[dict[str, Any]] = get(cluster, namespace, "deployments", "-l", selector)["items"]
+    if len(items) != 1:
+        found = sorted(item["metadata"]["name"] for item in items)
+        raise LookupError(f"{len(items)} Deployments match {selector} in {namespace}, expected one: {found}")
+    return items[0]
+
+
+def expected_children(name: str, fingerprint: str) -> list[str]:
+    """`Kind/name` of everything the operator creates for service `name` whose spec has `fingerprint`, sorted: the
+    Deployments of that revision (`<name>-<role>-<revision>`) and the children the revisions share."""
+    revision = names.revision_name(fingerprint)
     return sorted(
-        [f"Deployment/{name}-{r}" for r in ("prefill", "decode", "router")]
+        [f"Deployment/{name}-{r}-{revision}" for r in ("prefill", "decode", "router")]
         + [f"Service/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"PodDisruptionBudget/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"{k}/{name}-router" for k in ("ServiceAccount", "Role", "RoleBinding")]

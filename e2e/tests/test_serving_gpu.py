@@ -26,6 +26,7 @@ import yaml
 
 from e2e.kind_gpu import compare, manifest, metrics
 from e2e.kind_gpu.portforward import port_forward
+from e2e.support import workloads
 from e2e.support.fixtures import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_gpu]
@@ -176,7 +177,7 @@ def _run_pd(cluster: Cluster, settings: manifest.Settings) -> Run:
     with port_forward(_kubectl_binary(), cluster.kubeconfig, ns, f"svc/{name}-router", ROUTER_PORT) as port:
         _ask(port, settings, run)
     for role in ("prefill", "decode"):
-        got = json.loads(cluster.kubectl("get", "deployment", f"{name}-{role}", "-n", ns, "-o", "json").stdout)
+        got = workloads.deployment(cluster, ns, name, role)
         run.containers[role] = got["spec"]["template"]["spec"]["containers"][0]
         pods = _pods(cluster, ns, f"disaggspec.io/service={name},disaggspec.io/role={role}")
         assert pods, f"no {role} pod of {ns}/{name}"

@@ -54,8 +54,9 @@ def test_every_example_reaches_ready_with_wired_pods(
     cluster.kubectl("apply", "-n", namespace, "-f", str(path))
     workloads.wait_ready(cluster, namespace, name)
     dss = workloads.check_service_status(cluster, namespace, obj)
-    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name)
-    workloads.check_rendered_pods(cluster, namespace, obj, dss["status"]["specFingerprint"])
+    fingerprint = dss["status"]["specFingerprint"]
+    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name, fingerprint)
+    workloads.check_rendered_pods(cluster, namespace, obj, fingerprint)
     printed = cluster.kubectl("get", "dss", name, "-n", namespace).stdout
     assert "True" in printed.splitlines()[1], printed  # the Ready printer column
 
@@ -69,10 +70,7 @@ def test_editing_the_draft_rolls_both_pools_and_the_router_follows(
     _apply(cluster, namespace, obj)
     workloads.wait_ready(cluster, namespace, name)
     before = workloads.get(cluster, namespace, "dss", name)["status"]["specFingerprint"]
-    generations = {
-        role: workloads.get(cluster, namespace, "deployment", f"{name}-{role}")["metadata"]["generation"]
-        for role in ("prefill", "decode")
-    }
+    old = {role: workloads.deployment(cluster, namespace, name, role)["metadata"] for role in workloads.ROLES}
     obj["spec"]["speculative"]["numDraftTokens"] += 2
     obj["spec"]["decode"]["replicas"] = 2
     _apply(cluster, namespace, obj)
@@ -84,17 +82,31 @@ def test_editing_the_draft_rolls_both_pools_and_the_router_follows(
     dss = workloads.get(cluster, namespace, "dss", name)
     after = dss["status"]["specFingerprint"]
     assert dss["status"]["decode"]["readyReplicas"] == 2
+    # The new spec ran as a new revision: new Deployments, named for its fingerprint; the old revision's are gone.
+    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name, after)
+    deployments = {role: workloads.deployment(cluster, namespace, name, role) for role in workloads.ROLES}
+    for role, deployment in deployments.items():
+        assert deployment["metadata"]["uid"] != old[role]["uid"], role
     for role in ("prefill", "decode"):
-        deployment = workloads.get(cluster, namespace, "deployment", f"{name}-{role}")
-        assert deployment["metadata"]["generation"] > generations[role]
+        deployment = deployments[role]
         assert deployment["spec"]["template"]["metadata"]["labels"]["disaggspec.io/spec-fingerprint"] == after
         command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
         assert command[command.index("--speculative-num-draft-tokens") + 1] == str(
             obj["spec"]["speculative"]["numDraftTokens"]
         )
-    router = workloads.get(cluster, namespace, "deployment", f"{name}-router")
+    router = deployments["router"]
     assert f"disaggspec.io/spec-fingerprint={after}" in router["spec"]["template"]["spec"]["containers"][0]["command"]
-    # Every pod left is of the new spec: the old ReplicaSets scaled to zero.
+    # Every pod left is of the new spec once the old revision's pods are gone (the garbage collector removes them
+    # after their Deployments, in the background).
+    cluster.wait_for(
+        "the old revision's pods to be gone",
+        lambda: all(
+            pod["metadata"]["labels"].get("disaggspec.io/spec-fingerprint") == after
+            for pod in workloads.pods(cluster, namespace, name)
+            if pod["metadata"]["labels"].get("disaggspec.io/role") in workloads.ROLES
+        ),
+        timeout=120,
+    )
     workloads.check_rendered_pods(cluster, namespace, obj, after)
 
 
@@ -104,12 +116,15 @@ def test_deleting_a_service_garbage_collects_every_child(
     obj = workloads.load(workloads.example("llama"))
     name = obj["metadata"]["name"]
     _apply(cluster, namespace, obj)
+
     # No Ready wait: on kind-gpu the 8B model may still be loading; what matters is that all children exist.
-    cluster.wait_for(
-        "every child applied",
-        lambda: workloads.child_names(cluster, namespace, name) == workloads.expected_children(name),
-        timeout=60,
-    )
+    def applied() -> bool:
+        fingerprint = workloads.get(cluster, namespace, "dss", name).get("status", {}).get("specFingerprint")
+        return bool(fingerprint) and (
+            workloads.child_names(cluster, namespace, name) == workloads.expected_children(name, fingerprint)
+        )
+
+    cluster.wait_for("every child applied", applied, timeout=60)
     cluster.kubectl("delete", "dss", name, "-n", namespace, "--wait=true")
     cluster.wait_for(
         "children and pods garbage-collected",

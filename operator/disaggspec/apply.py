@@ -428,6 +428,7 @@ def sync(
     live: Iterable[dict[str, Any]],
     result: SyncResult | None = None,
     verify: bool = True,
+    keep: Iterable[dict[str, Any]] = (),
 ) -> SyncResult:
     """Apply what differs from `live` (wave by wave), prune owned objects no longer desired; returns what it did.
 
@@ -439,12 +440,14 @@ def sync(
     passes its own sees the writes of a pass that then failed. On a failure the wave in hand finishes, later waves
     are not started (they may depend on what failed), nothing is pruned, and the first error is raised. When the
     failure is a refusal (`ChildrenRefused`), the children this pass created are deleted again first (their names in
-    `rolled_back`), so a service is never left with some of its new children.
+    `rolled_back`), so a service is never left with some of its new children. Children in `keep` are neither
+    written nor pruned (a revision whose spec the operator cannot render again, `rollout`).
     """
     result = SyncResult() if result is None else result
     live = list(live)
     live_by_ref = {ref(obj): obj for obj in live}
     writes, wanted = prepare(owner, desired, live)
+    wanted |= {ref(obj) for obj in keep}
     if verify and writes:
         refusals = dry_run(client, checkable(writes))
         if refusals:

@@ -103,6 +103,14 @@ PROGRESSING_ROLLING_OUT: Final = ConditionReason(
 PROGRESSING_ROLLOUT_COMPLETE: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "RolloutComplete", "Every replica runs the latest template."
 )
+PROGRESSING_ROLLOUT_HELD: Final = ConditionReason(
+    c.CONDITION_PROGRESSING,
+    "False",
+    "RolloutHeld",
+    "The new revision went spec.rollout.progressDeadlineSeconds without another pod becoming ready: it grows no "
+    "further and the older revision keeps serving. The message says what is ready and what to do: check the new "
+    "pods, free GPUs for a surge pod (or allow maxUnavailable 1), fix the spec, or apply the previous spec.",
+)
 PROGRESSING_INVALID_SPEC: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "InvalidSpec", "Nothing rolls out while the spec is rejected."
 )
@@ -255,6 +263,7 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     CONSISTENT_RENDER_FAILED,
     PROGRESSING_ROLLING_OUT,
     PROGRESSING_ROLLOUT_COMPLETE,
+    PROGRESSING_ROLLOUT_HELD,
     PROGRESSING_INVALID_SPEC,
     PROGRESSING_CHILD_REFUSED,
     PROGRESSING_RENDER_FAILED,
@@ -304,6 +313,19 @@ EVENT_RENDER_FAILED: Final = EventReason(
 EVENT_ROLLOUT_STUCK: Final = EventReason(
     DEGRADED_ROLLOUT_STUCK.reason, "Warning", "Degraded turned True because a rollout is stuck (once per message)."
 )
+EVENT_ROLLOUT_HELD: Final = EventReason(
+    PROGRESSING_ROLLOUT_HELD.reason,
+    "Warning",
+    "Progressing turned RolloutHeld: the new revision stopped making progress; the old one keeps serving.",
+)
+EVENT_REVISION_CREATED: Final = EventReason(
+    "RevisionCreated",
+    "Normal",
+    "A change of the must-match settings started a new revision next to the one serving (names both).",
+)
+EVENT_REVISION_RETIRED: Final = EventReason(
+    "RevisionRetired", "Normal", "An older revision was drained and removed (the message names it)."
+)
 EVENT_NAMESPACE_DENIED: Final = EventReason(
     READY_NAMESPACE_DENIED.reason,
     "Warning",
@@ -339,6 +361,9 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_CHILD_REFUSED,
     EVENT_RENDER_FAILED,
     EVENT_ROLLOUT_STUCK,
+    EVENT_ROLLOUT_HELD,
+    EVENT_REVISION_CREATED,
+    EVENT_REVISION_RETIRED,
     EVENT_NAMESPACE_DENIED,
     EVENT_LOW_ACCEPT_LENGTH,
     EVENT_ACCEPT_LENGTH_RECOVERED,

@@ -103,7 +103,10 @@ def _reconciler() -> Reconciler:
 
 def _process(key: Hashable) -> None:
     assert isinstance(key, tuple)
-    _reconciler().reconcile(str(key[0]), str(key[1]), RUNTIME.children.children)
+    wake_after = _reconciler().reconcile(str(key[0]), str(key[1]), RUNTIME.children.children)
+    if wake_after is not None:
+        # A rollout's progress deadline passes without any event: look again then.
+        QUEUE.add_after(key, wake_after)
 
 
 QUEUE = WorkQueue(_process)

@@ -31,10 +31,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from disaggspec import apply, childrefusal, metrics, render, status
+from disaggspec import apply, childrefusal, metrics, render, rollout, status
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, DisaggSpecServiceStatus
+from disaggspec.api.v1alpha1 import RevisionStatus
 from disaggspec.childcache import ServiceCache
 from disaggspec.conditions import EventReason
 from disaggspec.config import OperatorConfig
@@ -127,6 +128,11 @@ def model_cache_observation(
     return status.ModelCacheObservation(name, job)
 
 
+def _previous_revisions(previous: dict[str, Any] | None) -> tuple[RevisionStatus, ...]:
+    """status.revisions as last written: what a pass that applied nothing keeps reporting."""
+    return tuple(RevisionStatus.model_validate(entry) for entry in (previous or {}).get("revisions") or [])
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -191,8 +197,9 @@ class Reconciler:
         metrics.record_pool_replicas(namespace, name, None)
         metrics.forget_runtime_health(namespace, name)
 
-    def reconcile(self, namespace: str, name: str, children: ChildrenFn) -> None:
-        """Reconcile the service `namespace/name` (nothing to do when it no longer exists).
+    def reconcile(self, namespace: str, name: str, children: ChildrenFn) -> float | None:
+        """Reconcile the service `namespace/name` (nothing to do when it no longer exists); returns the seconds after
+        which it must be reconciled again even if nothing changes (a rollout's progress deadline), or None.
 
         The object is read inside the per-service lock, from the service cache (which also holds this operator's
         own status writes, so it is never older than the last one) or, on a miss, from the API server: comparing
@@ -207,11 +214,11 @@ class Reconciler:
                 if body is None:
                     body = self._read(namespace, name)
                     if body is None:
-                        return  # gone: nothing to create children for
+                        return None  # gone: nothing to create children for
                 if self.services.tombstoned(_uid(body)):
-                    return  # deleted after this pass was queued: its children are being garbage-collected
+                    return None  # deleted after this pass was queued: its children are being garbage-collected
                 try:
-                    self._reconcile(body, children, confirmed)
+                    return self._reconcile(body, children, confirmed)
                 except _Stale as stale:
                     # The cached service is a ghost (deleted while the watch was cut off, or replaced by a new
                     # object of the same name): forget it for good, and reconcile what exists instead, if anything.
@@ -219,9 +226,9 @@ class Reconciler:
                     self.services.delete(body)
                     if stale.current is None:
                         self.forget(namespace, name)
-                    else:
-                        self.services.put(stale.current)
-                        self._reconcile(stale.current, children, confirmed=True)
+                        return None
+                    self.services.put(stale.current)
+                    return self._reconcile(stale.current, children, confirmed=True)
             except Exception as error:
                 metrics.RECONCILE_ERRORS.labels(type(error).__name__).inc()
                 raise
@@ -237,8 +244,9 @@ class Reconciler:
                 return None
             raise
 
-    def _reconcile(self, body: dict[str, Any], children: ChildrenFn, confirmed: bool = False) -> None:
-        """One pass over `body`; `confirmed`: it was just read from the API server (not from the cache)."""
+    def _reconcile(self, body: dict[str, Any], children: ChildrenFn, confirmed: bool = False) -> float | None:
+        """One pass over `body`; `confirmed`: it was just read from the API server (not from the cache). Returns
+        when to run again although nothing changes (`rollout.Plan.wake_after`)."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         generation = int(meta.get("generation", 1))
@@ -265,12 +273,17 @@ class Reconciler:
         refused: str | None = None
         denied = namespace in self.config.denied_namespaces
         desired: list[dict[str, Any]] | None = None
+        revisions = rollout.observe(name, live)
+        plan: rollout.Plan | None = None
         # A service being deleted gets no new children (they would only be garbage-collected again).
         if not rejection and service is not None and not denied and not meta.get("deletionTimestamp"):
             try:
                 fingerprint = render.fingerprint(service)
                 endpoint = render.endpoint(service)
-                desired = render.render(service, self.config)
+                plan = rollout.plan(
+                    service, fingerprint, revisions, (previous or {}).get("revisions") or [], self.clock()
+                )
+                desired = render.render(service, self.config, plan.revisions)
             except Exception as error:  # render is pure: whatever it raises is a bug, never a reason to crash
                 render_error = _bug(body, error, "rendering the children")
         hold = self._holds.get((namespace, name))
@@ -290,7 +303,8 @@ class Reconciler:
                     current = self._read(namespace, name)
                     if current is None or _uid(current) != _uid(body):
                         raise _Stale(current)
-                apply.sync(self.client, body, desired, live, result=result)
+                kept = plan.kept(revisions) if plan is not None else []
+                apply.sync(self.client, body, desired, live, result=result, keep=kept)
             except apply.ChildrenRefused as error:
                 outcome = childrefusal.ROLLED_BACK if error.rolled_back else childrefusal.NOTHING_APPLIED
                 refused, failed = childrefusal.explain(error.refusals, desired, body.get("spec"), outcome), error
@@ -309,12 +323,9 @@ class Reconciler:
             # Nothing of this spec was applied: keep reporting what the children run (nothing, for a new service).
             fingerprint = (previous or {}).get("specFingerprint")
             endpoint = (previous or {}).get("endpoint")
-
-        deployments = {
-            obj["metadata"]["labels"].get(c.LABEL_ROLE): obj
-            for obj in live
-            if obj["kind"] == apply.DEPLOYMENT.kind and obj["metadata"]["name"].startswith(f"{name}-")
-        }
+            plan = None
+        serving = revisions.get(fingerprint or "")
+        deployments = dict(serving.deployments) if serving is not None else {}
         observation = status.Observation(
             generation,
             rejection,
@@ -328,6 +339,10 @@ class Reconciler:
             runtime=self.runtime_health(namespace, name),
             # Only for a spec that rendered: a rejected spec's Job name says nothing about the children that run.
             model_cache=model_cache_observation(service, live) if desired is not None else None,
+            revisions=plan.status if plan is not None else _previous_revisions(previous),
+            held=plan.held if plan is not None else None,
+            draining=plan.draining if plan is not None else (),
+            desired=rollout.desired_replicas(service) if plan is not None and service is not None else None,
         )
         new_status = status.compute(observation, previous, self.clock())
         written = status.changed(new_status, previous)
@@ -341,7 +356,7 @@ class Reconciler:
                 log.info("%s/%s was deleted during its pass", namespace, name)
                 self.services.delete(body)
                 self.forget(namespace, name)
-                return
+                return None
             self.services.put(updated)
         metrics.TALLY.record(f"{namespace}/{name}", {cond.type: cond.status for cond in new_status.conditions})
         pools = {role: getattr(new_status, role) for role in status.POOLS}
@@ -364,6 +379,7 @@ class Reconciler:
             # Status and Events say what failed; raising hands the pass back to the work queue, which retries it
             # with backoff (or after the server's Retry-After) instead of waiting for the next event or resync.
             raise failed
+        return plan.wake_after if plan is not None else None
 
     def _emit(self, body: dict[str, Any], event: EventReason, message: str) -> None:
         self.emit(body, event.type, event.reason, message)
@@ -387,6 +403,13 @@ class Reconciler:
             self._emit(body, r.EVENT_RENDER_FAILED, consistent.message or "")
         if result.changed and not result.rolled_back:
             self._emit(body, r.EVENT_CHILDREN_APPLIED, f"applied {result.applied}, pruned {result.pruned}")
+        progressing = after[c.CONDITION_PROGRESSING]
+        was_progressing = before.get(c.CONDITION_PROGRESSING, {})
+        if progressing.reason == r.PROGRESSING_ROLLOUT_HELD.reason and was_progressing.get("reason") != (
+            r.PROGRESSING_ROLLOUT_HELD.reason
+        ):
+            self._emit(body, r.EVENT_ROLLOUT_HELD, progressing.message or "")
+        self._revision_events(body, previous, new)
         ready = after[c.CONDITION_READY]
         if ready.status == "True" and before.get(c.CONDITION_READY, {}).get("status") != "True":
             self._emit(body, r.EVENT_READY, ready.message or "")
@@ -412,3 +435,19 @@ class Reconciler:
                 self._emit(body, unhealthy, after[type_].message or "")
             elif now_status == "True" and was == "False":
                 self._emit(body, recovered, after[type_].message or "")
+
+    def _revision_events(
+        self, body: dict[str, Any], previous: dict[str, Any] | None, new: DisaggSpecServiceStatus
+    ) -> None:
+        """RevisionCreated for a revision that starts next to a serving one, RevisionRetired for one removed."""
+        had = [str(entry.get("name")) for entry in (previous or {}).get("revisions") or []]
+        has = [revision.name for revision in new.revisions]
+        if had and has and has[0] not in had:
+            self._emit(
+                body,
+                r.EVENT_REVISION_CREATED,
+                f"revision {has[0]} started for the new spec; {', '.join(had)} keeps serving until it is replaced",
+            )
+        for name in had:
+            if name not in has:
+                self._emit(body, r.EVENT_REVISION_RETIRED, f"revision {name} was drained and removed")

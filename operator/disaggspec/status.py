@@ -17,7 +17,7 @@ from typing import Any
 
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus
+from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus, RevisionStatus
 from disaggspec.conditions import ConditionReason
 from disaggspec.rejection import Rejection
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
@@ -66,20 +66,33 @@ class Observation:
     """The latest runtime-health verdict on the running pods (`servinghealth`), measured off the reconcile path."""
     model_cache: ModelCacheObservation | None = None
     """The model cache and its fill Job; None when spec.model.cache is unset (no ModelCached condition)."""
+    revisions: tuple[RevisionStatus, ...] = ()
+    """Every revision with children, the current one first (`rollout.plan`); `deployments` are the current one's."""
+    held: str | None = None
+    """Why the rollout holds (`rollout.Plan.held`), or None."""
+    draining: tuple[str, ...] = ()
+    """Older revisions still present: the rollout is not finished."""
+    desired: Mapping[str, int] | None = None
+    """The spec's replicas per role; None: each current Deployment's own."""
 
 
-def pool_status(deployment: Mapping[str, Any] | None) -> PoolStatus:
-    """Replica counts of one Deployment, plus `ready` as "ready/desired" for the printer columns."""
+def pool_status(
+    deployment: Mapping[str, Any] | None, desired: int | None = None, older_ready: int = 0, older_available: int = 0
+) -> PoolStatus:
+    """Replica counts of one role, plus `ready` as "ready/desired" for the printer columns: `deployment` is the
+    current revision's, `older_*` what older revisions still add during a rollout (they serve too); `updated` counts
+    the current revision's pods only."""
     spec = (deployment or {}).get("spec", {})
     status = (deployment or {}).get("status", {})
-    replicas = int(spec.get("replicas", 1)) if deployment is not None else 0
-    ready = int(status.get("readyReplicas", 0))
+    if desired is None:
+        desired = int(spec.get("replicas", 1)) if deployment is not None else 0
+    ready = int(status.get("readyReplicas", 0)) + older_ready
     return PoolStatus(
-        replicas=replicas,
+        replicas=desired,
         ready_replicas=ready,
         updated_replicas=int(status.get("updatedReplicas", 0)),
-        available_replicas=int(status.get("availableReplicas", 0)),
-        ready=f"{ready}/{replicas}",
+        available_replicas=int(status.get("availableReplicas", 0)) + older_available,
+        ready=f"{ready}/{desired}",
     )
 
 
@@ -149,7 +162,14 @@ def conditions(observation: Observation) -> list[Condition]:
     model cache is set."""
     gen = observation.generation
     deployments = observation.deployments
-    pending = [role for role in POOLS if not rolled_out(deployments.get(role))]
+    wanted = observation.desired or {}
+    pending = [
+        role
+        for role in POOLS
+        if not rolled_out(deployments.get(role))
+        # Mid-rollout the current revision's Deployment may be rolled out at fewer replicas than the spec's.
+        or (role in wanted and int((deployments.get(role) or {}).get("spec", {}).get("replicas", 1)) != wanted[role])
+    ]
     cache = None if observation.model_cache is None else model_cached(observation.model_cache)
     filling = cache is not None and cache[0] == r.MODEL_CACHED_FILLING
     # While the cache fills, the pool pods wait by design: a progress deadline passed then is not a stuck rollout.
@@ -184,8 +204,11 @@ def conditions(observation: Observation) -> list[Condition]:
     elif observation.refused is not None:
         progressing = _condition(r.PROGRESSING_CHILD_REFUSED, "nothing applied while a child is refused", gen)
         ready = _condition(r.READY_CHILD_REFUSED, "the spec is not applied: a child is refused, see Degraded", gen)
-    elif pending:
-        waiting = ", ".join(pending)
+    elif observation.held is not None:
+        progressing = _condition(r.PROGRESSING_ROLLOUT_HELD, observation.held, gen)
+        ready = _condition(r.READY_ROLLOUT_IN_PROGRESS, "the rollout holds: see Progressing", gen)
+    elif pending or observation.draining:
+        waiting = ", ".join(pending + [f"revision {name} to drain" for name in observation.draining])
         progressing = _condition(r.PROGRESSING_ROLLING_OUT, f"waiting for {waiting}", gen)
         ready = _condition(r.READY_ROLLOUT_IN_PROGRESS, f"not all replicas ready: {waiting}", gen)
     else:
@@ -224,12 +247,21 @@ def compute(observation: Observation, previous: Mapping[str, Any] | None, now: s
     return DisaggSpecServiceStatus(
         observed_generation=observation.generation,
         conditions=stamped,
-        prefill=pool_status(observation.deployments.get(c.ROLE_PREFILL)),
-        decode=pool_status(observation.deployments.get(c.ROLE_DECODE)),
-        router=pool_status(observation.deployments.get(c.ROLE_ROUTER)),
+        prefill=_pool_of(observation, c.ROLE_PREFILL),
+        decode=_pool_of(observation, c.ROLE_DECODE),
+        router=_pool_of(observation, c.ROLE_ROUTER),
         spec_fingerprint=observation.fingerprint,
         endpoint=observation.endpoint,
+        revisions=list(observation.revisions),
     )
+
+
+def _pool_of(observation: Observation, role: str) -> PoolStatus:
+    older = observation.revisions[1:]
+    ready = sum(getattr(revision, role).ready_replicas for revision in older)
+    desired = None if observation.desired is None else observation.desired.get(role)
+    # An older revision's ready pods are available too (the Deployments' minReadySeconds is 0).
+    return pool_status(observation.deployments.get(role), desired, ready, ready)
 
 
 def changed(new: DisaggSpecServiceStatus, previous: Mapping[str, Any] | None) -> bool:

@@ -38,6 +38,12 @@ PRINTER_COLUMNS: Final[list[dict[str, str]]] = [
     {"name": "Algorithm", "type": "string", "jsonPath": ".spec.speculative.algorithm"},
     {"name": "Prefill", "type": "string", "jsonPath": ".status.prefill.ready", "description": "ready/desired"},
     {"name": "Decode", "type": "string", "jsonPath": ".status.decode.ready", "description": "ready/desired"},
+    {
+        "name": "Rollout",
+        "type": "string",
+        "jsonPath": ".status.revisions[0].traffic",
+        "description": "the current revision: Active, Rolling or Failed (held)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -9,6 +9,7 @@ served it (see `Engine.report`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -22,7 +23,7 @@ from typing import Any, Final, NoReturn
 
 import aiohttp
 
-from e2e.serving.emulator import pd, textgen
+from e2e.serving.emulator import pd, revision, textgen
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts
 from e2e.serving.emulator.fingerprint import fingerprint_hash, mismatch_message, speculative_fingerprint
 from e2e.serving.emulator.metrics import Metrics
@@ -177,7 +178,12 @@ class Engine:
 
     def report(self, req: GenRequest, peer: dict[str, Any] | None) -> dict[str, Any]:
         """Who served this response. `peer` is the other side's identity from the room (prefill's on a decode)."""
-        me: dict[str, Any] = {"pod": self.pod_name, "ip": self.bind, "fingerprint": self.fingerprint}
+        me: dict[str, Any] = {
+            "pod": self.pod_name,
+            "ip": self.bind,
+            "fingerprint": self.fingerprint,
+            "revision": self.options.revision,
+        }
         prefill: dict[str, Any] | None
         decode: dict[str, Any] | None
         if self.mode == "prefill":
@@ -201,6 +207,8 @@ class Engine:
             "prefill_fingerprint": fingerprint_hash(prefill_fp) if prefill else None,
             "decode_fingerprint": fingerprint_hash(decode_fp) if decode else None,
             "fingerprint_match": (prefill_fp == decode_fp) if (prefill and decode) else None,
+            "prefill_revision": prefill.get("revision") if prefill else None,
+            "decode_revision": decode.get("revision") if decode else None,
             "sglang_version": self.cfg.version,
         }
 
@@ -250,7 +258,13 @@ class Engine:
             # With fail=bootstrap-refused nothing can reach this table, so the request waits out its bootstrap timeout.
             rooms = self.bootstrap.rooms if self.bootstrap is not None else self._orphan_rooms
             room = rooms.get(room_id)
-            room.prefill = {"pod": self.pod_name, "ip": self.bind, "fingerprint": self.fingerprint, "rid": req.rid}
+            room.prefill = {
+                "pod": self.pod_name,
+                "ip": self.bind,
+                "fingerprint": self.fingerprint,
+                "revision": self.options.revision,
+                "rid": req.rid,
+            }
             if room.decode is not None and room.status == pd.BOOTSTRAPPING:
                 room.status = pd.WAITING_FOR_INPUT
             room.touch()
@@ -365,6 +379,9 @@ class Engine:
                 raise Abort(self._decode_failure("handshake", req, exc.reason), 500) from None
             except pd.PrefillMismatch as exc:
                 self._prefill_mismatch(req, str(exc))
+            except pd.CrossRevision as exc:
+                log.error("%s", exc)
+                raise Abort(str(exc), 500) from None
             except pd.ConfigMismatch as exc:
                 self.crash(f"Traceback (most recent call last): ... RuntimeError: {exc}")
             finally:
@@ -454,6 +471,7 @@ class Engine:
             "ip": self.bind,
             "port": self.cfg.port,
             "fingerprint": self.fingerprint,
+            "revision": self.options.revision,
             "rid": req.rid,
             "sglang_version": self.cfg.version,
         }
@@ -461,7 +479,7 @@ class Engine:
             async with session.post(
                 f"{rank_url}{EMULATOR_PREFIX}rooms/{room}/decode", json=me, timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
-                await response.read()
+                answered = await response.read() if response.status == 200 else b""
         except (aiohttp.ClientError, TimeoutError, OSError):
             if self.cfg.version == "0.5.23":
                 # common/conn.py:2821-2836 (_send_bootstrap_message).
@@ -469,7 +487,29 @@ class Engine:
                     f"send_metadata to prefill {rank['rank_ip']}:{rank['rank_port']} failed", "transfer"
                 ) from None
             # 0.5.2 sends over ZMQ without a failure path; the heartbeat notices (see _wait_for_transfer).
+            answered = b""
+        self._check_revision(req, addr, answered)
         return {"addr": addr, "rank_url": rank_url}
+
+    def _check_revision(self, req: GenRequest, addr: str, answered: bytes) -> None:
+        """The cross-revision oracle (not SGLang): the room answer names the prefill's revision; a different one
+        than this decode's fails the request (`CrossRevision`). Unset on either side, nothing is checked."""
+        try:
+            answer = json.loads(answered) if answered else None
+        except ValueError:
+            answer = None
+        prefill_revision = answer.get("prefill_revision") if isinstance(answer, dict) else None
+        if revision.conflict(self.options.revision, prefill_revision):
+            assert req.bootstrap_room is not None
+            raise pd.CrossRevision(
+                revision.message(
+                    prefill=addr,
+                    prefill_revision=prefill_revision,
+                    decode=self.pod_name,
+                    decode_revision=self.options.revision,
+                    room=req.bootstrap_room,
+                )
+            )
 
     async def _ensure_parallel_info(self, addr: str) -> dict[str, Any]:
         cached = self._prefill_info.get(addr)

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
-Fail = Literal["none", "bootstrap-refused", "transfer-failure", "crash"]
+Fail = Literal["none", "bootstrap-refused", "transfer-failure", "crash", "load-failure"]
 MismatchMode = Literal["crash", "abort"]
 
-FAILS: Final[tuple[str, ...]] = ("none", "bootstrap-refused", "transfer-failure", "crash")
+FAILS: Final[tuple[str, ...]] = ("none", "bootstrap-refused", "transfer-failure", "crash", "load-failure")
 MISMATCH_MODES: Final[tuple[str, ...]] = ("crash", "abort")
 
 
@@ -39,7 +39,9 @@ class EmulateOptions:
     """Draft hidden dtype (fingerprint field draft_hidden_dtype); default from --dtype (auto -> bfloat16)."""
     fail: Fail = "none"
     """bootstrap-refused: a prefill's bootstrap server never listens. transfer-failure: a prefill fails every KV
-    transfer. crash: the process dies when request crash-after + 1 arrives. The first two act on prefills only."""
+    transfer. crash: the process dies when request crash-after + 1 arrives. The first two act on prefills only.
+    load-failure: the model never loads: after load-seconds the server logs SGLang's weight-loading error and exits 1
+    without ever listening on its HTTP port."""
     crash_after: int = 0
     fingerprint_mismatch: MismatchMode = "abort"
     """0.5.23 decode, the prefill's fingerprint or metadata layout differs: `abort` as the patched image does (patch
@@ -69,6 +71,10 @@ class EmulateOptions:
     the router cannot see. Unset: the argv's port."""
     drain_poll_seconds: float = 5.0
     """SIGTERM drain: SGLang's sigterm_watchdog checks every 5 s (tokenizer_manager.py:1140-1170 in 0.5.2)."""
+    revision: str | None = None
+    """Test oracle, not SGLang behaviour: the serving revision this pod belongs to (the pod runner passes the pod's
+    disaggspec.io/spec-fingerprint label). A decode with a revision fails a request bound to a prefill of another
+    revision (see `e2e.serving.emulator.revision`); unset on either side, nothing is checked."""
 
     def with_defaults_for(self, *, dtype: str, speculative: bool, num_draft_tokens: int | None) -> EmulateOptions:
         """Fill the defaults that depend on the server's arguments."""
@@ -117,6 +123,12 @@ def _count(value: str) -> int:
     return number
 
 
+def _text(value: str) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
 def _choice(choices: Sequence[str]) -> Callable[[str], str]:
     def convert(value: str) -> str:
         if value not in choices:
@@ -146,6 +158,7 @@ _CONVERTERS: Final[dict[str, Callable[[str], Any]]] = {
     "ensure_retry_interval": _float,
     "drain_poll_seconds": _positive,
     "bootstrap_port": _count,
+    "revision": _text,
 }
 KEYS: Final[tuple[str, ...]] = tuple(name.replace("_", "-") for name in _CONVERTERS)
 RUNTIME_KEYS: Final[tuple[str, ...]] = ("accept-length",)

@@ -17,7 +17,8 @@ Real SGLang (mooncake backend, the default) does this in three places:
 The emulator keeps the two real bootstrap routes byte-compatible and carries the per-room part that SGLang sends
 over ZMQ as emulator-only HTTP routes on the same server (`/emulator/rooms/...`): the decode posts its identity for
 a room (its "KV indices") and long-polls the room's state; the prefill, in the same process as its bootstrap server,
-updates the room directly. The rank address the decode gets from `GET /route` is the bootstrap server itself.
+updates the room directly. The rank address the decode gets from `GET /route` is the bootstrap server itself. Every
+room answer also names the prefill's serving revision, for the cross-revision oracle (`revision.py`, not SGLang).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 
+from e2e.serving.emulator import revision
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, Version
 
 log = logging.getLogger("emulator.pd")
@@ -176,10 +178,12 @@ class PrefillRegistration:
 class BootstrapServer:
     """The prefill's bootstrap server for one release, plus the emulator's room routes."""
 
-    def __init__(self, version: Version, host: str, port: int) -> None:
+    def __init__(self, version: Version, host: str, port: int, revision: str | None = None) -> None:
         self.version = version
         self.host = host
         self.port = port
+        self.revision = revision
+        """The prefill's serving revision (test oracle, `e2e.serving.emulator.revision`); in every room answer."""
         self.rooms = RoomTable()
         self.registration = PrefillRegistration()
         self.room_to_dp_rank: dict[int, dict[str, float | int]] = {}
@@ -355,14 +359,33 @@ class BootstrapServer:
 
     # --- emulator-only room routes (SGLang: ZMQ messages between the ranks) ----------------------------------------
 
+    def _room_answer(self, room: Room) -> web.Response:
+        # The revision rides on the emulator-only room exchange, not on /route: /route answers stay SGLang's, and
+        # they are cached per address, which a pod of another revision may reuse.
+        return web.json_response({**room.public(), "prefill_revision": self.revision})
+
     async def _handle_room_decode(self, request: web.Request) -> web.Response:
-        """The decode's KV indices for a room (SGLang: the decode's ZMQ message to the prefill rank)."""
+        """The decode's KV indices for a room (SGLang: the decode's ZMQ message to the prefill rank). A decode of
+        another revision fails the room (test oracle), so this prefill's half ends at once instead of transferring."""
         room = self.rooms.get(int(request.match_info["room"]))
-        room.decode = await request.json()
+        decode = await request.json()
+        room.decode = decode
+        decode_revision = decode.get("revision") if isinstance(decode, dict) else None
+        if revision.conflict(decode_revision, self.revision):
+            reason = revision.message(
+                prefill=f"{self.host}:{self.port}",
+                prefill_revision=self.revision,
+                decode=str(decode.get("pod")),
+                decode_revision=decode_revision,
+                room=room.room,
+            )
+            log.error(reason)
+            self.rooms.fail(room.room, reason)
+            return self._room_answer(room)
         if room.status == BOOTSTRAPPING and room.prefill is not None:
             room.status = WAITING_FOR_INPUT
         room.touch()
-        return web.json_response(room.public())
+        return self._room_answer(room)
 
     async def _handle_room_get(self, request: web.Request) -> web.Response:
         """The room's state; `?wait=S` long-polls until it is Success or Failed, or S seconds passed."""
@@ -375,7 +398,7 @@ class BootstrapServer:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(room.changed.wait(), remaining)
-        return web.json_response(room.public())
+        return self._room_answer(room)
 
 
 # --- the decode's side --------------------------------------------------------------------------------------------
@@ -392,6 +415,11 @@ class HandshakeError(Exception):
 
 class ConfigMismatch(Exception):
     """RuntimeError raised by 0.5.23's try_ensure_parallel_info (page size, KV dtype): kills the decode server."""
+
+
+class CrossRevision(Exception):
+    """The prefill of a room belongs to another serving revision than this decode (test oracle, not SGLang): the
+    request fails with HTTP 500 and this message; the decode keeps serving."""
 
 
 class PrefillMismatch(ConfigMismatch):

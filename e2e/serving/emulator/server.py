@@ -705,6 +705,23 @@ class EmulatorServer:
         if ok:
             log.info("The server is fired up and ready to roll!")
 
+    def _load_failed(self) -> int:
+        """`fail=load-failure`: the scheduler's model loader raised, as for a checkpoint without weights (0.5.2
+        model_loader/loader.py:392, 0.5.23 :581); the scheduler logs it and SIGQUITs the server (0.5.2
+        managers/scheduler.py:2630, 0.5.23 :6372), whose handler logs the child's failure and tears the process tree
+        down (0.5.2 entrypoints/engine.py:697, 0.5.23 :1978). The HTTP port never listened. Exit status 1: real
+        SGLang's depends on how that teardown lands (SIGKILL of itself, or exit as PID 1); it is non-zero here so
+        the pod runner records a failed container and restarts it, as a kubelet does under restartPolicy Always."""
+        log.warning("emulator: fail=load-failure: the model does not load")
+        log.error(
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/model_loader/loader.py", in _prepare_weights\n'
+            "RuntimeError: Cannot find any model weights with `%s`",
+            self.cfg.model_path,
+        )
+        log.error("Received sigquit from a child process. It usually means the child failed.")
+        return 1
+
     def on_sigterm(self) -> None:
         if self._runner is None:
             # Still loading: SGLang installs its SIGTERM handler with the tokenizer manager's loop, after start-up;
@@ -751,7 +768,9 @@ class EmulatorServer:
                 if self.options.fail == "bootstrap-refused":
                     log.warning("emulator: fail=bootstrap-refused: the bootstrap server does not listen")
                 else:
-                    bootstrap = pd.BootstrapServer(cfg.version, self.bind, cfg.bootstrap_port)
+                    bootstrap = pd.BootstrapServer(
+                        cfg.version, self.bind, cfg.bootstrap_port, revision=self.options.revision
+                    )
                     await bootstrap.start()
                     self.engine.bootstrap = bootstrap
             if cfg.disaggregation_mode != "prefill" and self.options.fail in ("bootstrap-refused", "transfer-failure"):
@@ -761,6 +780,8 @@ class EmulatorServer:
                 await asyncio.wait_for(self._stopped.wait(), self.options.load_seconds)
             if self._stopped.is_set():
                 return self.exit_code
+            if self.options.fail == "load-failure":
+                return self._load_failed()
             if cfg.disaggregation_mode == "prefill":
                 await self._register_prefill_ranks()
             self._runner = web.AppRunner(

@@ -21,7 +21,7 @@ import pytest
 
 from e2e.cluster.processes import alive
 from e2e.serving.events import event_object
-from e2e.serving.kubelet import Backoff, exit_code_of, pod_grace
+from e2e.serving.kubelet import Backoff, exit_code_of, pod_grace, prestop_pause
 from e2e.serving.plan import ProcessPlan, container_env, load_launcher
 from e2e.serving.podenv import EnvError, expand, resolve_container, resolve_env
 from e2e.serving.podstatus import ContainerView, running, status_patch, terminated, waiting
@@ -445,3 +445,12 @@ def test_watch_lists_again_after_410_gone() -> None:
     items = asyncio.run(run())
     assert [kind for kind, _ in items] == ["SYNC", "ADDED", "SYNC"]
     assert items[0][1][0]["metadata"]["uid"] == "list-1" and items[2][1][0]["metadata"]["uid"] == "list-2"
+
+
+def test_prestop_pause_reads_only_pausing_hooks() -> None:
+    """The operator's `exec: [sleep, N]` and the `sleep` action pause; anything else is not run by the runner."""
+    assert prestop_pause({"exec": {"command": ["sleep", "15"]}}) == 15.0
+    assert prestop_pause({"sleep": {"seconds": 3}}) == 3.0
+    assert prestop_pause({"exec": {"command": ["sh", "-c", "sleep 5"]}}) is None
+    assert prestop_pause({"exec": {"command": ["sleep", "forever"]}}) is None
+    assert prestop_pause(None) is None

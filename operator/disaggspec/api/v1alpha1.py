@@ -903,6 +903,51 @@ class RouterSpec(SpecModel):
     )
 
 
+# ---- rollout -----------------------------------------------------------------------------------------------------
+
+
+class RolloutSpec(SpecModel):
+    """How a change of the spec fingerprint (image, model or draft revision, speculative settings, engine, transfer)
+    rolls out: the new settings run as a new revision (its own prefill, decode and router Deployments) next to the
+    old one, which keeps serving until the new one has replaced its capacity (README, Changing a running service).
+    maxSurge and maxUnavailable also shape an ordinary rolling update within one revision."""
+
+    max_surge: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="Pods of each pool the rollout may run above its replicas while the old revision serves: each "
+        "one needs a free slot for a whole pool pod (its GPUs). 0: a new pod starts only where an old one was "
+        "removed, which needs maxUnavailable of at least 1.",
+    )
+    max_unavailable: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="How far the ready pods of each pool (both revisions together) may fall below its replicas "
+        "during a rollout. 0 (the default): an old pod is removed only once a new one is ready and serving, so the "
+        "service never loses capacity; a rollout without a free slot for a surge pod then holds (Progressing=False, "
+        "reason RolloutHeld) instead of emptying the pool. 1 with maxSurge 0 replaces pods in place, one at a time.",
+    )
+    max_skew: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Lockstep of the new revision's two pools: neither may run ahead of the other by more than this "
+        "fraction of its replicas (ready new prefill / prefill replicas against ready new decode / decode "
+        "replicas), so the new revision grows as matched pairs. Each pool may always have one pod.",
+    )
+    progress_deadline_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=86400,
+        description="How long the new revision may go without another pod becoming ready before the rollout holds: "
+        "Progressing=False with reason RolloutHeld and a RolloutHeld Event, the old revision keeps serving, nothing "
+        "more is scaled until a pod becomes ready or the spec changes. Unset: the larger pool's start-up budget plus "
+        "its drain budget and 600 s (spec.<pool>.lifecycle), as for the Deployments.",
+    )
+
+
 # ---- spec --------------------------------------------------------------------------------------------------------
 
 
@@ -919,6 +964,11 @@ class DisaggSpecServiceSpec(SpecModel):
     prefill: PoolSpec = Field(description="The prefill pool.")
     decode: PoolSpec = Field(description="The decode pool.")
     router: RouterSpec = Field(default_factory=RouterSpec, description="The PD router.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        description="How a change of the must-match settings rolls out as a new revision, and how a rolling update "
+        "within one revision surges.",
+    )
 
 
 # ---- status ------------------------------------------------------------------------------------------------------
@@ -956,6 +1006,50 @@ class PoolStatus(StatusModel):
     ready: str | None = Field(default=None, max_length=32, description="readyReplicas/replicas, for kubectl get.")
 
 
+RevisionTraffic = Literal["Active", "Rolling", "Draining", "Failed"]
+
+
+class RevisionPoolStatus(StatusModel):
+    """One pool (or the router) of one revision."""
+
+    replicas: int = Field(default=0, ge=0, description="Pods the operator currently asks this revision for.")
+    ready_replicas: int = Field(default=0, ge=0, description="Of those, ready.")
+
+
+class RevisionStatus(StatusModel):
+    """One revision: the children of one spec fingerprint."""
+
+    fingerprint: str = Field(max_length=128, description="The spec fingerprint of this revision.")
+    name: str = Field(max_length=32, description="The suffix of its Deployment names: <service>-<pool>-<name>.")
+    created: str | None = Field(
+        default=None,
+        description="When its first Deployment was created (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    traffic: RevisionTraffic = Field(
+        description="Active: the only revision, rolled out. Rolling: the current spec, growing while an older one "
+        "still serves. Draining: an older spec, shrinking as the current one grows. Failed: the current spec's "
+        "rollout is held (see the Progressing condition)."
+    )
+    serving: bool = Field(
+        default=False, description="Its router has a ready prefill and a ready decode, so it takes requests."
+    )
+    prefill: RevisionPoolStatus = Field(default_factory=RevisionPoolStatus, description="Its prefill pool.")
+    decode: RevisionPoolStatus = Field(default_factory=RevisionPoolStatus, description="Its decode pool.")
+    router: RevisionPoolStatus = Field(default_factory=RevisionPoolStatus, description="Its router.")
+    last_progress_time: str | None = Field(
+        default=None,
+        description="When another of its pods last became ready (RFC 3339); the rollout deadline counts from it.",
+        json_schema_extra={"format": "date-time"},
+    )
+    retiring_since: str | None = Field(
+        default=None,
+        description="An older revision: when its router was scaled to zero (RFC 3339); its pools go once the router "
+        "pods are gone.",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class DisaggSpecServiceStatus(StatusModel):
     """What the operator last observed."""
 
@@ -974,6 +1068,12 @@ class DisaggSpecServiceStatus(StatusModel):
         default=None, max_length=128, description="Hash of every setting that must match across the pools."
     )
     endpoint: str | None = Field(default=None, max_length=_MAX_STR, description="URL of the router's Service.")
+    revisions: list[RevisionStatus] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Every revision with children, the current one first: during a rollout the new revision and the "
+        "ones it replaces.",
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The status as JSON for the API server: camelCase keys, unset (None) fields left out."""

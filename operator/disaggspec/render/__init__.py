@@ -3,12 +3,14 @@
 `render(service, config)` returns, in apply order: the router's ServiceAccount, Role and RoleBinding, the model
 cache's fill Job (with a claim-backed `spec.model.cache`), the prefill,
 decode and router Services, the prefill, decode and router PodDisruptionBudgets, then the prefill, decode and router
-Deployments. Callers validate first: render assumes
-a spec that passed the rule table.
+Deployments of each revision (`rollout`: one per spec fingerprint while a rollout runs). Callers validate first:
+render assumes a spec that passed the rule table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from disaggspec import constants as c
@@ -17,16 +19,38 @@ from disaggspec.config import OperatorConfig
 from disaggspec.render import caches, pool, router
 from disaggspec.render.names import fingerprint
 
-__all__ = ["endpoint", "fingerprint", "render"]
+__all__ = ["Revision", "endpoint", "fingerprint", "render"]
 
 endpoint = router.endpoint
 
 
-def render(service: DisaggSpecService, config: OperatorConfig) -> list[dict[str, Any]]:
-    """Every child object of `service`, in apply order."""
+@dataclass(frozen=True)
+class Revision:
+    """One revision to render (`rollout.plan` makes them)."""
+
+    fingerprint: str
+    service: DisaggSpecService | None
+    """The spec to render it from; None: its stored spec is unreadable, its live children are kept as they are."""
+    replicas: Mapping[str, int]
+    """Per role, the replicas to render; a role left out gets the spec's replicas."""
+
+
+def render(
+    service: DisaggSpecService, config: OperatorConfig, revisions: Sequence[Revision] | None = None
+) -> list[dict[str, Any]]:
+    """Every child object of `service`, in apply order. `revisions` are the revisions to render with their
+    replicas (`rollout.plan`); None renders the spec's own revision alone, at the spec's replicas. A revision
+    without a service is kept as it is live and renders nothing."""
     if not service.metadata.namespace:
         raise ValueError("render needs metadata.namespace: children are namespaced")
-    fp = fingerprint(service)
+    if revisions is None:
+        revisions = [Revision(fingerprint(service), service, {})]
+    deployments = [
+        manifest
+        for revision in revisions
+        if revision.service is not None
+        for manifest in _revision_deployments(revision.service, config, revision.fingerprint, revision.replicas)
+    ]
     return [
         *router.rbac(service),
         *caches.fill_job(service),
@@ -36,7 +60,15 @@ def render(service: DisaggSpecService, config: OperatorConfig) -> list[dict[str,
         pool.disruption_budget(service, c.ROLE_PREFILL),
         pool.disruption_budget(service, c.ROLE_DECODE),
         router.disruption_budget(service),
-        pool.deployment(service, c.ROLE_PREFILL, fp),
-        pool.deployment(service, c.ROLE_DECODE, fp),
-        router.deployment(service, config, fp),
+        *deployments,
+    ]
+
+
+def _revision_deployments(
+    service: DisaggSpecService, config: OperatorConfig, fp: str, replicas: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    return [
+        pool.deployment(service, c.ROLE_PREFILL, fp, replicas.get(c.ROLE_PREFILL)),
+        pool.deployment(service, c.ROLE_DECODE, fp, replicas.get(c.ROLE_DECODE)),
+        router.deployment(service, config, fp, replicas.get(c.ROLE_ROUTER)),
     ]

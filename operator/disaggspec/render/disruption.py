@@ -1,6 +1,6 @@
 """Disruption budgets and spreading of pool and router pods; pure.
 
-Each pool and the router get a PodDisruptionBudget (policy/v1) selecting their pods by the Deployment's selector:
+Each pool and the router get a PodDisruptionBudget (policy/v1) selecting their pods of every revision:
 a node drain or cluster upgrade evicts at most `maxUnavailable` of them at once, and waits for replacements to be
 ready before the next. Pods that are not ready may always be evicted (`unhealthyPodEvictionPolicy: AlwaysAllow`):
 a pod still loading weights, or crash-looping, serves nothing, and must never block a drain.

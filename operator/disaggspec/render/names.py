@@ -50,6 +50,23 @@ def fingerprint(service: DisaggSpecService) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+REVISION_NAME_LENGTH: Final = 8
+"""Hex characters of the fingerprint in a revision's Deployment names: <service>-<pool>-<8 hex>."""
+REVISION_SPEC_ANNOTATION: Final = "disaggspec.io/revision-spec"
+"""On each Deployment of a revision: the spec it was rendered from (JSON), so an older revision can be rendered again
+(and scaled) after the service's spec moved on, also by an operator that restarted mid-rollout."""
+
+
+def revision_name(fingerprint: str) -> str:
+    """The revision suffix of the Deployment names of `fingerprint`."""
+    return fingerprint[:REVISION_NAME_LENGTH]
+
+
+def deployment_name(service: DisaggSpecService, component: str, fingerprint: str) -> str:
+    """`<service>-<component>-<revision>`: each revision's Deployments live side by side during a rollout."""
+    return f"{child_name(service, component)}-{revision_name(fingerprint)}"
+
+
 def labels(service: DisaggSpecService, component: str) -> dict[str, str]:
     """Labels every child of `component` carries (and the router's pods); no fingerprint: selectors are immutable."""
     return {
@@ -75,14 +92,29 @@ def metadata(service: DisaggSpecService, component: str, name: str | None = None
     }
 
 
+def revision_selector(service: DisaggSpecService, component: str, fingerprint: str) -> dict[str, str]:
+    """The immutable selector of one revision's Deployment of `component`: its pods only, never another revision's."""
+    return {**selector(service, component), c.LABEL_FINGERPRINT: fingerprint}
+
+
 def deployment(
     service: DisaggSpecService, component: str, fingerprint: str, replicas: int, template: dict[str, Any]
 ) -> dict[str, Any]:
-    """A Deployment of `component` labelled with the fingerprint, selecting its pods by service and role."""
-    meta = metadata(service, component)
+    """The Deployment of `component` in the revision of `fingerprint`, selecting that revision's pods; it carries the
+    spec it was rendered from (`REVISION_SPEC_ANNOTATION`)."""
+    meta = metadata(service, component, deployment_name(service, component, fingerprint))
     meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
-    spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": selector(service, component)}}
+    meta["annotations"] = {REVISION_SPEC_ANNOTATION: revision_spec(service)}
+    selected = revision_selector(service, component, fingerprint)
+    spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": selected}}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {**spec, **template}}
+
+
+def revision_spec(service: DisaggSpecService) -> str:
+    """The spec as stored on a revision's Deployments: canonical JSON (stable across passes, so no needless write)."""
+    # exclude_unset: what was left unset stays unset when the spec is parsed back, so it renders exactly the same.
+    spec = service.spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 def pull_secrets(service: DisaggSpecService) -> dict[str, Any]:

@@ -95,7 +95,16 @@ def _ports(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
     return ports
 
 
-def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> dict[str, Any]:
+def rolling_update(service: DisaggSpecService) -> dict[str, int]:
+    """The pool Deployments' rollingUpdate, from spec.rollout (a rule keeps the two from both being 0)."""
+    rollout = service.spec.rollout
+    return {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable}
+
+
+def deployment(
+    service: DisaggSpecService, role: PoolName, fingerprint: str, replicas: int | None = None
+) -> dict[str, Any]:
+    """The pool's Deployment in the revision of `fingerprint`, with `replicas` (default: the pool's replicas)."""
     spec = service.spec
     pool_spec = pool(spec, role)
     pod_labels = {
@@ -154,11 +163,12 @@ def deployment(service: DisaggSpecService, role: PoolName, fingerprint: str) -> 
         template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
     template = {
         "progressDeadlineSeconds": lifecycle.progress_deadline_seconds(life, gpus),
-        # A surge pod would need a whole extra set of GPUs that a GPU cluster rarely has idle.
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        # Within one revision (a change that keeps the fingerprint) the same budget as across revisions.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(service)},
         "template": {"metadata": template_metadata, "spec": pod_spec},
     }
-    return names.deployment(service, role, fingerprint, pool_spec.replicas, template)
+    wanted = pool_spec.replicas if replicas is None else replicas
+    return names.deployment(service, role, fingerprint, wanted, template)
 
 
 def headless_service(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:

@@ -100,7 +100,10 @@ def readiness_probe(service: DisaggSpecService) -> dict[str, Any]:
     return {"exec": {"command": helper}, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
 
 
-def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: str) -> dict[str, Any]:
+def deployment(
+    service: DisaggSpecService, config: OperatorConfig, fingerprint: str, replicas: int | None = None
+) -> dict[str, Any]:
+    """The router Deployment of the revision of `fingerprint`: it pairs only that revision's pods."""
     spec = service.spec
     router = spec.router
     image = router.image or config.router_image or router_profile(service).image
@@ -137,7 +140,8 @@ def deployment(service: DisaggSpecService, config: OperatorConfig, fingerprint: 
     pod_spec.update(names.pull_secrets(service))
     labels = {**names.labels(service, c.ROLE_ROUTER), c.LABEL_FINGERPRINT: fingerprint}
     template = {"template": {"metadata": {"labels": labels}, "spec": pod_spec}}
-    return names.deployment(service, c.ROLE_ROUTER, fingerprint, router.replicas, template)
+    wanted = router.replicas if replicas is None else replicas
+    return names.deployment(service, c.ROLE_ROUTER, fingerprint, wanted, template)
 
 
 def service_(service: DisaggSpecService) -> dict[str, Any]:

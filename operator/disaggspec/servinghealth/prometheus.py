@@ -2,11 +2,13 @@
 
 Assumed labels (what the Prometheus Operator's PodMonitor and the usual `kubernetes_sd_configs` relabelling attach):
 `namespace` (the pod's namespace) and `pod` (the pod's name). A service's pool pods are selected by name: its
-Deployments `NAME-prefill` and `NAME-decode` name their pods `NAME-prefill-<replicaset hash>-<suffix>`, so the
-selector `pod=~"NAME-(prefill|decode)-[a-z0-9]+-[a-z0-9]+"` takes them and no other service's (a service named
-`NAME-decode` has pods `NAME-decode-decode-...`, two more dashes). Counters are read with `increase(...[W])` and
-the accept-length gauge with `avg_over_time(...[W])` (idle time weighs as much as busy time there, unlike the scrape
-source; the gauge only moves under traffic, so its value at idle is the last busy interval's).
+Deployments `NAME-prefill-<revision>` and `NAME-decode-<revision>` (8 hex characters, `rollout`) name their pods
+`NAME-prefill-<revision>-<replicaset hash>-<suffix>`, so the selector
+`pod=~"NAME-(prefill|decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"` takes them, of every revision, and no other service's
+(a service named `NAME-decode` has pods `NAME-decode-decode-...`, one more dash). Counters are read with
+`increase(...[W])` and the accept-length gauge with `avg_over_time(...[W])` (idle time weighs as much as busy time
+there, unlike the scrape source; the gauge only moves under traffic, so its value at idle is the last busy
+interval's).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from disaggspec.servinghealth.judge import PodWindow, Role
 SIGNALS: Final = ("accept_length", "verify_calls", "generation_tokens", "requests", "failures")
 """One instant query each, per service."""
 
-_POD_SUFFIX: Final = "-[a-z0-9]+-[a-z0-9]+"
+_POD_SUFFIX: Final = "-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"
 
 
 def _quote(value: str) -> str:

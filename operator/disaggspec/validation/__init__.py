@@ -35,6 +35,7 @@ from disaggspec.validation import (
     pod_shape,
     pools,
     resources,
+    rollout,
     speculative,
     transfer,
     transitions,
@@ -101,6 +102,7 @@ RULES: Final[tuple[Rule, ...]] = (
     transfer.ROUTER_PORT_FREE,
     *resources.RULES,
     *pod_shape.RULES,
+    *rollout.RULES,
 )
 """Every rule over one object, in the order violations are reported (and the README table lists them)."""
 

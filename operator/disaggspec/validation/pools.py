@@ -25,7 +25,8 @@ from disaggspec.validation._places import env_vars, node_rule
 
 MAX_NAME_LENGTH: Final = 44
 """Longest metadata.name: children are `<name>-prefill` (8 more characters), and a StatefulSet-style child adds a
-`-<10-character hash>` to a label value limited to 63: 63 - 11 - 8 = 44. Deployments alone would allow 55."""
+`-<10-character hash>` to a label value limited to 63: 63 - 11 - 8 = 44. Deployments `<name>-prefill-<8 hex>` are
+DNS subdomains (253) and fit."""
 
 OWNED_ENV: Final = (
     "CUDA_VISIBLE_DEVICES",

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.support import workloads
 from e2e.support.fixtures import Cluster, fresh_namespace
 from e2e.support.operator_install import (
     CHART,
@@ -133,8 +134,8 @@ def test_chart_installs_runs_the_operator_least_privilege_upgrades_and_uninstall
                 assert answer == "no", (verb, resource, elsewhere)
         log = tmp_path / "operator-namespaced.log"
         with OperatorProcess(kubeconfig, log, webhook=False, extra_args=["--namespace", workload_namespace]):
-            router = "llama-eagle3-router"
-            uid = _json(cluster, "get", "deployment", router, "-n", workload_namespace)["metadata"]["uid"]
+            found = workloads.deployment(cluster, workload_namespace, "llama-eagle3", "router")["metadata"]
+            router, uid = found["name"], found["uid"]
             cluster.kubectl("delete", "deployment", router, "-n", workload_namespace, "--wait=true")
 
             def recreated() -> bool:

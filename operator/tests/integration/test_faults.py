@@ -31,11 +31,24 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
+from disaggspec.api import parse_service
+from disaggspec.render import fingerprint
 from e2e.cluster.controlplane import LocalCluster
 from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster
+from e2e.support.kube import CommandFailed
 from e2e.support.operator_install import WEBHOOK_KINDS, installed_operator, wait_webhook_registered
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-from e2e.support.workloads import children, condition, example, expected_children, get, load, wait_ready
+from e2e.support.workloads import (
+    child_names,
+    children,
+    condition,
+    deployment,
+    example,
+    expected_children,
+    get,
+    load,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 
@@ -161,11 +174,11 @@ def is_ready(cluster: Cluster, namespace: str, name: str) -> bool:
 
 
 def assert_status_truthful(cluster: Cluster, namespace: str, name: str) -> None:
-    """Every pool's status counts are the live Deployment's."""
+    """Every pool's status counts are the live Deployment's (its one revision's: no rollout runs here)."""
     dss = get(cluster, namespace, "dss", name)
     assert dss["status"]["observedGeneration"] == dss["metadata"]["generation"]
     for role in ("prefill", "decode", "router"):
-        live = get(cluster, namespace, "deployment", f"{name}-{role}")["status"]
+        live = deployment(cluster, namespace, name, role)["status"]
         reported = dss["status"][role]
         assert reported.get("readyReplicas", 0) == live.get("readyReplicas", 0), (role, reported, live)
 
@@ -189,8 +202,8 @@ def test_child_deleted_while_cut_off_is_recreated_after_410(plane: Plane, ns: st
     with operator(plane, ns, log / "operator.log") as process:
         apply(cluster, ns, service(name))
         wait_ready(cluster, ns, name)
-        pool = f"{name}-prefill"
-        old_uid = get(cluster, ns, "deployment", pool)["metadata"]["uid"]
+        prefill = deployment(cluster, ns, name, "prefill")["metadata"]
+        pool, old_uid = prefill["name"], prefill["uid"]
         with cut_off(process):
             # A new API server starts a new watch cache: the resumed watches' resourceVersions are too old (410).
             # Restart first, delete after: a DELETED event sent before the restart would wait in the stopped
@@ -217,8 +230,9 @@ def test_child_deleted_while_cut_off_is_recreated_after_410(plane: Plane, ns: st
 
 def _pools_available(cluster: Cluster, namespace: str, name: str) -> bool:
     for role in ("prefill", "decode", "router"):
-        live = maybe_json(cluster, namespace, "deployment", f"{name}-{role}")
-        if live is None:
+        try:
+            live = deployment(cluster, namespace, name, role)
+        except (CommandFailed, LookupError):  # the API server does not answer, or not exactly one Deployment
             return False
         status, want = live.get("status", {}), live["spec"].get("replicas", 1)
         if status.get("availableReplicas", 0) < want or status.get("readyReplicas", 0) < want:
@@ -229,7 +243,7 @@ def _pools_available(cluster: Cluster, namespace: str, name: str) -> bool:
 def _truthful(cluster: Cluster, namespace: str, name: str) -> bool:
     try:
         assert_status_truthful(cluster, namespace, name)
-    except (AssertionError, KeyError):
+    except (AssertionError, LookupError):  # LookupError: a KeyError, or not exactly one Deployment of a role
         return False
     return True
 
@@ -286,7 +300,7 @@ def test_foreign_field_managers_are_left_alone(plane: Plane, ns: str, log: Path)
         owner = "foreign-owner"
         cluster.kubectl("create", "configmap", owner, "-n", ns)
         owner_uid = get(cluster, ns, "configmap", owner)["metadata"]["uid"]
-        decode = f"{name}-decode"
+        decode = deployment(cluster, ns, name, "decode")["metadata"]["name"]
         container = get(cluster, ns, "deployment", decode)["spec"]["template"]["spec"]["containers"][0]["name"]
         child_writes, writes = process.child_writes(), process.writes()
 
@@ -333,7 +347,7 @@ def test_removed_managed_by_label_is_restored(plane: Plane, ns: str, log: Path) 
     with operator(plane, ns, log / "operator.log") as process:
         apply(cluster, ns, service(name))
         wait_ready(cluster, ns, name)
-        router = f"{name}-router"
+        router = deployment(cluster, ns, name, "router")["metadata"]["name"]
         before = get(cluster, ns, "deployment", router)["metadata"]
         expected = before["labels"][LABEL_MANAGED_BY]
         # (The operator may restore it before a GET here could see it gone.)
@@ -547,18 +561,19 @@ def test_recovery_after_apiserver_outage(plane: Plane, ns: str, log: Path) -> No
         back = time.monotonic()
         # A service created once the API server is back proves reconcile resumed, not just that old status stayed.
         apply(cluster, ns, service("outage-after"))
+        after_children = expected_children("outage-after", fingerprint(parse_service(service("outage-after"))))
         everything = [*before, "outage-after"]
         state: dict[str, object] = {}
 
         def recovered() -> bool:
             state.update(
                 healthz=process.probe("/healthz"),
-                new_service_children=len(children(cluster, ns, "outage-after")),
+                new_service_children=child_names(cluster, ns, "outage-after"),
                 truthful={n: _truthful(cluster, ns, n) for n in everything},
             )
             truthful = state["truthful"]
             assert isinstance(truthful, dict)
-            every_child = state["new_service_children"] == len(expected_children("outage-after"))
+            every_child = state["new_service_children"] == after_children
             return state["healthz"] == 200 and every_child and all(truthful.values())
 
         def diagnose(error: AssertionError) -> AssertionError:

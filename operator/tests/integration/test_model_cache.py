@@ -20,7 +20,7 @@ import yaml
 
 from e2e.support.fixtures import Cluster
 from e2e.support.operator_process import OperatorProcess
-from e2e.support.workloads import condition, example, get, load, provide_model_claim, wait_ready
+from e2e.support.workloads import condition, deployment, example, get, load, provide_model_claim, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +107,7 @@ def test_fill_job_gates_model_cached_and_a_new_revision_replaces_it(
     assert job["metadata"]["ownerReferences"][0]["kind"] == "DisaggSpecService"
     volumes = job["spec"]["template"]["spec"]["volumes"]
     assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": CLAIM}} in volumes
-    pool = get(cluster, namespace, "deployment", f"{name}-decode")["spec"]["template"]["spec"]
+    pool = deployment(cluster, namespace, name, "decode")["spec"]["template"]["spec"]
     assert [c["name"] for c in pool["initContainers"]] == ["wait-model-cache"]
     env = {e["name"]: e.get("value") for e in pool["containers"][0]["env"]}
     assert env["HF_HOME"] == "/model-cache" and env["HF_HUB_OFFLINE"] == "1"

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from disaggspec.api import parse_service
+from disaggspec.render import fingerprint, names
 from e2e.support.fixtures import Cluster, fresh_namespace
 from e2e.support.operator_install import wait_webhook_registered
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
@@ -43,6 +45,11 @@ def service(name: str, **router: Any) -> dict[str, Any]:
     obj["metadata"] = {"name": name}
     obj["spec"].setdefault("router", {}).update(router)
     return obj
+
+
+def every_child(obj: dict[str, Any]) -> list[str]:
+    """`Kind/name` of every child of `obj`, sorted: its Deployments carry the revision of its fingerprint."""
+    return expected_children(obj["metadata"]["name"], fingerprint(parse_service(obj)))
 
 
 def apply(cluster: Cluster, namespace: str, *objs: dict[str, Any], check: bool = True) -> Any:
@@ -157,7 +164,7 @@ def test_webhook_down_no_child_is_ever_written_for_a_refused_spec(
         "every child once the quota allows them",
         lambda: (
             sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, ns, "nodeport"))
-            == expected_children("nodeport")
+            == every_child(refused)
         ),
         75,
         process,
@@ -171,12 +178,15 @@ def test_a_quota_that_fits_two_of_three_deployments_leaves_no_child(
     installed_crd: Cluster, namespaces: dict[str, str], webhook_down: OperatorProcess
 ) -> None:
     cluster, ns, process = installed_crd, namespaces["deploys"], webhook_down
-    apply(cluster, ns, service("three"))
+    three = service("three")
+    apply(cluster, ns, three)
     wait("Degraded=ChildRefused", lambda: reason(cluster, ns, "three", "Degraded") == "ChildRefused", 30, process)
     message = conditions(cluster, ns, "three")["Degraded"]["message"]
+    revision = names.revision_name(fingerprint(parse_service(three)))
     assert re.match(
-        r"the API server refuses Deployment three-(prefill|decode|router): exceeded quota: children", message
-    )
+        rf"the API server refuses Deployment three-(prefill|decode|router)-{revision}: exceeded quota: children",
+        message,
+    ), message
     assert message.endswith("so nothing is half-applied"), message
     # The children the pass created were deleted again (deletion is asynchronous: wait for them to go).
     wait("no child left", lambda: children(cluster, ns, "three") == [], 30, process)
@@ -186,8 +196,7 @@ def test_a_quota_that_fits_two_of_three_deployments_leaves_no_child(
     wait(
         "every child once the quota allows three Deployments",
         lambda: (
-            sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, ns, "three"))
-            == expected_children("three")
+            sorted(f"{o['kind']}/{o['metadata']['name']}" for o in children(cluster, ns, "three")) == every_child(three)
         ),
         75,
         process,

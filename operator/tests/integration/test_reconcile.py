@@ -15,7 +15,7 @@ import yaml
 
 from e2e.support.fixtures import Cluster
 from e2e.support.operator_process import OperatorProcess
-from e2e.support.workloads import child_versions, condition, example, get, load, wait_ready
+from e2e.support.workloads import child_versions, condition, deployment, example, get, load, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +49,11 @@ def test_deleted_child_is_recreated_and_manual_edit_reverted(
             not in (None, old_uid)
         ),
     )
-    cluster.kubectl("scale", "deployment", f"{name}-prefill", "--replicas=3", "-n", namespace)
+    prefill = deployment(cluster, namespace, name, "prefill")["metadata"]["name"]
+    cluster.kubectl("scale", "deployment", prefill, "--replicas=3", "-n", namespace)
     cluster.wait_for(
         "prefill replicas reverted to the spec's 1",
-        lambda: get(cluster, namespace, "deployment", f"{name}-prefill")["spec"]["replicas"] == 1,
+        lambda: get(cluster, namespace, "deployment", prefill)["spec"]["replicas"] == 1,
     )
 
 

@@ -39,7 +39,8 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(
     try:
         wait_ready(cluster, namespace, name)
         owned = children(cluster, namespace, name)
-        assert len(owned) == len(expected_children(name))
+        fingerprint = get(cluster, namespace, "dss", name)["status"]["specFingerprint"]
+        assert sorted(f"{o['kind']}/{o['metadata']['name']}" for o in owned) == expected_children(name, fingerprint)
         assert len({(o["kind"], o["metadata"]["name"]) for o in owned}) == len(owned)
         replica_sets = get(cluster, namespace, "replicasets", "-l", f"disaggspec.io/service={name}")["items"]
         assert len(replica_sets) == 3, [r["metadata"]["name"] for r in replica_sets]

@@ -745,6 +745,9 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "pool-env-owned",
     ),
     Case("env-rust-server", {"spec.decode.env": [{"name": "SGLANG_RUST_SERVER", "value": "1"}]}, "pool-env-owned"),
+    # ---- rollout -------------------------------------------------------------------------------------------------
+    Case("rollout-no-budget", {"spec.rollout": {"maxSurge": 0, "maxUnavailable": 0}}, "rollout-budget"),
+    Case("rollout-no-surge-default-unavailable", {"spec.rollout": {"maxSurge": 0}}, "rollout-budget"),
 )
 
 SCHEMA_CASES: Final[tuple[Case, ...]] = (
@@ -885,6 +888,18 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
         schema_error="should be greater than or equal to 1",
     ),
     Case("node-selector-value-too-long", {"spec.prefill.nodeSelector": {"k": "v" * 64}}, schema_error="Too long"),
+    Case("rollout-surge-negative", {"spec.rollout": {"maxSurge": -1}}, schema_error="greater than or equal to 0"),
+    Case("rollout-skew-over-one", {"spec.rollout": {"maxSkew": 1.5}}, schema_error="less than or equal to 1"),
+    Case(
+        "rollout-deadline-too-short",
+        {"spec.rollout": {"progressDeadlineSeconds": 10}},
+        schema_error="greater than or equal to 30",
+    ),
+    Case(
+        "rollout-unknown-field",
+        {"spec.rollout": {"strategy": "Recreate"}},
+        schema_error='unknown field "spec.rollout.strategy"',
+    ),
 )
 
 VALID_CASES: Final[tuple[Case, ...]] = (
@@ -918,6 +933,12 @@ VALID_CASES: Final[tuple[Case, ...]] = (
     ),
     Case("cache-aware-router-on-0.5.23", {"spec.router": {"policy": "cache_aware"}}),
     Case("round-robin-router-on-0.5.2", {**V052, "spec.router": {"policy": "round_robin"}}),
+    Case("rollout-in-place", {"spec.rollout": {"maxSurge": 0, "maxUnavailable": 1}}),
+    Case(
+        "rollout-all-fields",
+        {"spec.rollout": {"maxSurge": 2, "maxUnavailable": 1, "maxSkew": 0.5, "progressDeadlineSeconds": 1800}},
+    ),
+    Case("rollout-unavailable-only", {"spec.rollout": {"maxUnavailable": 1}}),
     Case("pool-restates-shared", {"spec.decode.speculative": {"algorithm": "EAGLE3", "numSteps": 3, "eagleTopk": 1}}),
     Case("nextn-without-draft", {"spec.speculative.algorithm": "NEXTN", "spec.speculative.draftModel": DELETE}),
     Case("num-steps-may-differ-without-multi-layer", {"spec.decode.speculative": {"numSteps": 2}}),

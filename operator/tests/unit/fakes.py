@@ -123,6 +123,8 @@ class FakeClient(apply.Client):
                         "updatedReplicas": replicas,
                         "readyReplicas": replicas,
                         "availableReplicas": replicas,
+                        # Kubernetes 1.35+ counts the pods being deleted (none: this controller deletes at once).
+                        "terminatingReplicas": 0,
                     }
                     obj["metadata"]["resourceVersion"] = str(next(self._versions))
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from disaggspec import apply, childrefusal
+from tests.unit.deployments import deployment
 from tests.unit.fakes import FakeClient
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "rdma-multus" / "expected.yaml"
@@ -23,6 +24,11 @@ def _desired() -> list[dict[str, Any]]:
 
 def _path(kind: apply.Kind, name: str) -> str:
     return kind.item("golden", name)
+
+
+def _deployment(role: str) -> str:
+    """The name of the golden service's Deployment of `role`: `qwen-rdma-<role>-<revision>`."""
+    return str(deployment(_desired(), "qwen-rdma", role)["metadata"]["name"])
 
 
 class EscalationCheckingClient(FakeClient):
@@ -80,19 +86,20 @@ def test_a_transient_failure_in_the_last_wave_reports_every_other_write_and_prun
             "metadata": {"name": "qwen-rdma-old", "namespace": "golden", "ownerReferences": [{"uid": "owner-uid"}]},
         }
     )
-    refused = _path(apply.DEPLOYMENT, "qwen-rdma-decode")
+    decode = _deployment("decode")
+    refused = _path(apply.DEPLOYMENT, decode)
     client.refuse_writes[refused] = apply.ApiError(503, "PATCH", refused, "shutting down")
     result = apply.SyncResult()
     with pytest.raises(apply.ApiError, match="shutting down"):
         apply.sync(client, OWNER, _desired(), [stale], result=result)
     assert len(result.applied) == len(_desired()) - 1
-    assert "Deployment/qwen-rdma-decode" not in result.applied
+    assert f"Deployment/{decode}" not in result.applied
     assert result.pruned == []
     assert ("DELETE", _path(apply.SERVICE, "qwen-rdma-old")) not in client.writes
 
     del client.refuse_writes[refused]
     result = apply.sync(client, OWNER, _desired(), [stale, *client.children("golden", "qwen-rdma")])
-    assert result.applied == ["Deployment/qwen-rdma-decode"]
+    assert result.applied == [f"Deployment/{decode}"]
     assert result.pruned == ["Service/qwen-rdma-old"]
 
 
@@ -110,7 +117,7 @@ def test_a_refused_dry_run_writes_nothing_and_names_every_refused_child() -> Non
             "metadata": {"name": "qwen-rdma-old", "namespace": "golden", "ownerReferences": [{"uid": "owner-uid"}]},
         }
     )
-    decode, router = _path(apply.DEPLOYMENT, "qwen-rdma-decode"), _path(apply.SERVICE, "qwen-rdma-router")
+    decode, router = _path(apply.DEPLOYMENT, _deployment("decode")), _path(apply.SERVICE, "qwen-rdma-router")
     client.refuse[decode] = _invalid(decode)
     quota = 'services "qwen-rdma-router" is forbidden: exceeded quota: q, requested: services.nodeports=1'
     client.refuse[router] = apply.ApiError(403, "PATCH", router, quota, None, "Forbidden")
@@ -118,7 +125,7 @@ def test_a_refused_dry_run_writes_nothing_and_names_every_refused_child() -> Non
     with pytest.raises(apply.ChildrenRefused) as refused:
         apply.sync(client, OWNER, _desired(), [stale], result=result)
     assert sorted(r.child for r in refused.value.refusals) == [
-        "Deployment qwen-rdma-decode",
+        f"Deployment {_deployment('decode')}",
         "Service qwen-rdma-router",
     ]
     assert client.writes == [] and not result.changed  # not even the stale Service was pruned
@@ -137,14 +144,15 @@ def test_a_write_refused_after_a_clean_dry_run_rolls_back_what_the_pass_created(
     client.create(_desired()[0])  # the ServiceAccount exists already: a rollback must never delete it
     live = client.children("golden", "qwen-rdma")
     assert [obj["kind"] for obj in live] == ["ServiceAccount"]
-    router = _path(apply.DEPLOYMENT, "qwen-rdma-router")
+    router_name = _deployment("router")
+    router = _path(apply.DEPLOYMENT, router_name)
     # Each Deployment fits a quota of two alone (the dry-run passes); the third real create does not.
-    quota = 'deployments.apps "qwen-rdma-router" is forbidden: exceeded quota: q, used: count/deployments.apps=2'
+    quota = f'deployments.apps "{router_name}" is forbidden: exceeded quota: q, used: count/deployments.apps=2'
     client.refuse_writes[router] = apply.ApiError(403, "PATCH", router, quota, None, "Forbidden")
     result = apply.SyncResult()
     with pytest.raises(apply.ChildrenRefused) as refused:
         apply.sync(client, OWNER, _desired(), live, result=result)
-    assert [r.child for r in refused.value.refusals] == ["Deployment qwen-rdma-router"]
+    assert [r.child for r in refused.value.refusals] == [f"Deployment {router_name}"]
     assert sorted(refused.value.rolled_back) == sorted(result.rolled_back)
     assert len(result.rolled_back) == len(_desired()) - 2  # everything but the ServiceAccount and the refused one
     assert [path.rsplit("/", 1)[-1] for path in client.objects] == ["qwen-rdma-router"]  # the ServiceAccount only
@@ -153,7 +161,7 @@ def test_a_write_refused_after_a_clean_dry_run_rolls_back_what_the_pass_created(
 
 def test_a_transient_dry_run_failure_writes_nothing_and_is_raised_as_it_is() -> None:
     client = FakeClient()
-    decode = _path(apply.DEPLOYMENT, "qwen-rdma-decode")
+    decode = _path(apply.DEPLOYMENT, _deployment("decode"))
     client.refuse[decode] = apply.ApiError(503, "PATCH", decode, "unavailable", retry_after=2)
     with pytest.raises(apply.ApiError) as raised:
         apply.sync(client, OWNER, _desired(), [])

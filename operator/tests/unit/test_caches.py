@@ -11,6 +11,7 @@ from disaggspec import apply, reconcile
 from disaggspec.api import DisaggSpecService, parse_service
 from disaggspec.config import OperatorConfig
 from disaggspec.render import caches, fingerprint, render
+from tests.unit.deployments import deployment
 from tests.unit.dss_cases import edited
 
 CLAIM = {"spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}}}
@@ -29,9 +30,7 @@ def _kinds(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def _pool(manifests: list[dict[str, Any]], role: str) -> dict[str, Any]:
-    pod: dict[str, Any] = next(
-        m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"] == f"base-{role}"
-    )["spec"]["template"]["spec"]
+    pod: dict[str, Any] = deployment(manifests, "base", role)["spec"]["template"]["spec"]
     return pod
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from disaggspec.constants import ANNOTATION_APPLIED_HASH
+from disaggspec.constants import ANNOTATION_APPLIED_HASH, LABEL_ROLE
 from disaggspec.drift import MERGED_LISTS, is_subset, manifest_hash, needs_apply, with_applied_hash
 
 RENDERED: dict[str, Any] = {
@@ -84,14 +84,15 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "rdma-multus" / "expec
 OWNER = {"apiVersion": "x/v1", "kind": "DisaggSpecService", "name": "qwen-rdma", "uid": "owner-uid", "controller": True}
 
 
-def _golden(kind: str, name_suffix: str = "") -> dict[str, Any]:
-    """A rendered child of the golden case, as `apply.sync` sends it (hash stamped, owner reference set)."""
+def _golden(kind: str, role: str | None = None) -> dict[str, Any]:
+    """A rendered child of the golden case (of `role`, by its label), as `apply.sync` sends it (hash stamped, owner
+    reference set)."""
     for doc in yaml.safe_load_all(GOLDEN.read_text()):
-        if doc["kind"] == kind and doc["metadata"]["name"].endswith(name_suffix):
+        if doc["kind"] == kind and role in (None, doc["metadata"]["labels"].get(LABEL_ROLE)):
             stamped = with_applied_hash(doc)
             stamped["metadata"]["ownerReferences"] = [dict(OWNER)]
             return stamped
-    raise AssertionError(f"no {kind} *{name_suffix} in {GOLDEN}")
+    raise AssertionError(f"no {kind} of role {role} in {GOLDEN}")
 
 
 def _as_served(desired: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def _extra_capability(live: dict[str, Any]) -> None:  # capabilities.add is atom
     ids=lambda value: value.__name__.strip("_") if callable(value) else ("apply" if value else "no-apply"),
 )
 def test_deployment_edits(edit: Callable[[dict[str, Any]], None], write: bool) -> None:
-    desired = _golden("Deployment", "-prefill")
+    desired = _golden("Deployment", "prefill")
     live = _as_served(desired)
     assert not needs_apply(desired, live)
     edit(live)
@@ -239,7 +240,7 @@ def _removed_service_port(live: dict[str, Any]) -> None:
     ids=lambda value: value.__name__.strip("_") if callable(value) else ("apply" if value else "no-apply"),
 )
 def test_service_edits(edit: Callable[[dict[str, Any]], None], write: bool) -> None:
-    desired = _golden("Service", "-prefill")
+    desired = _golden("Service", "prefill")
     live = _as_served(desired)
     assert not needs_apply(desired, live)
     edit(live)

@@ -12,6 +12,7 @@ from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
 from disaggspec.render import lifecycle, render, sizing
 from disaggspec.sglang.profiles import PROFILES
+from tests.unit import deployments
 from tests.unit.dss_cases import edited
 
 
@@ -22,11 +23,16 @@ def _render(edits: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 
 def _by(manifests: list[dict[str, Any]], kind: str, component: str) -> dict[str, Any]:
+    """A Service or PodDisruptionBudget: named `<service>-<component>`, shared by the revisions."""
     return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == f"base-{component}")
 
 
+def _deployment(manifests: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    return deployments.deployment(manifests, "base", component)
+
+
 def _container(manifests: list[dict[str, Any]], component: str) -> dict[str, Any]:
-    container: dict[str, Any] = _by(manifests, "Deployment", component)["spec"]["template"]["spec"]["containers"][0]
+    container: dict[str, Any] = _deployment(manifests, component)["spec"]["template"]["spec"]["containers"][0]
     return container
 
 
@@ -112,7 +118,7 @@ def test_startup_budget_scales_with_the_pod_and_the_probe_covers_it(tp: int, sta
     manifests = _render({"spec.prefill.tensorParallelSize": tp, "spec.decode.tensorParallelSize": tp})
     probe = _container(manifests, c.ROLE_PREFILL)["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= startup
-    deployment = _by(manifests, "Deployment", c.ROLE_PREFILL)
+    deployment = _deployment(manifests, c.ROLE_PREFILL)
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert deployment["spec"]["progressDeadlineSeconds"] >= startup + grace
 
@@ -122,11 +128,11 @@ def test_explicit_lifecycle() -> None:
     container = _container(manifests, c.ROLE_DECODE)
     probe = container["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 5000
-    deployment = _by(manifests, "Deployment", c.ROLE_DECODE)
+    deployment = _deployment(manifests, c.ROLE_DECODE)
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 1200
     assert deployment["spec"]["progressDeadlineSeconds"] == 5000 + 1200 + lifecycle.ROLLOUT_MARGIN_SECONDS
     # The router outlives the longest pool drain.
-    router = _by(manifests, "Deployment", c.ROLE_ROUTER)["spec"]["template"]["spec"]
+    router = _deployment(manifests, c.ROLE_ROUTER)["spec"]["template"]["spec"]
     assert router["terminationGracePeriodSeconds"] >= 1200
 
 
@@ -164,11 +170,41 @@ def test_a_budget_per_pool_and_router_selecting_its_pods() -> None:
     manifests = _render()
     for component in (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER):
         pdb = _by(manifests, "PodDisruptionBudget", component)
-        deployment = _by(manifests, "Deployment", component)
+        deployment = _deployment(manifests, component)
         assert pdb["apiVersion"] == "policy/v1"
         assert pdb["spec"]["maxUnavailable"] == 1
-        assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+        # The pool's pods of every revision (a rollout runs two side by side): the Deployment's selector without
+        # the fingerprint.
+        pool_wide = {c.LABEL_SERVICE: "base", c.LABEL_ROLE: component}
+        assert pdb["spec"]["selector"] == {"matchLabels": pool_wide}
+        fingerprint = deployment["metadata"]["labels"][c.LABEL_FINGERPRINT]
+        assert deployment["spec"]["selector"] == {"matchLabels": {**pool_wide, c.LABEL_FINGERPRINT: fingerprint}}
         assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+# ---- rolling updates ---------------------------------------------------------------------------------------------
+
+
+def test_pools_surge_one_pod_and_keep_every_ready_one_by_default() -> None:
+    manifests = _render()
+    for component in (c.ROLE_PREFILL, c.ROLE_DECODE):
+        assert _deployment(manifests, component)["spec"]["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        }
+
+
+@pytest.mark.parametrize(("surge", "unavailable"), [(0, 1), (2, 1), (0, 3)])
+def test_spec_rollout_sets_the_pools_rolling_update(surge: int, unavailable: int) -> None:
+    manifests = _render({"spec.rollout": {"maxSurge": surge, "maxUnavailable": unavailable}})
+    for component in (c.ROLE_PREFILL, c.ROLE_DECODE):
+        assert _deployment(manifests, component)["spec"]["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable},
+        }
+    # The rollout budget is not a must-match setting: changing it rolls within the revision, not to a new one.
+    plain = _deployment(_render(), c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT]
+    assert _deployment(manifests, c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT] == plain
 
 
 def test_budgets_come_before_the_deployments() -> None:
@@ -190,32 +226,34 @@ def test_budget_is_configurable() -> None:
 def test_spread(mode: str, when: str | None) -> None:
     manifests = _render({"spec.decode.spread": mode, "spec.router.spread": mode})
     for component in (c.ROLE_DECODE, c.ROLE_ROUTER):
-        pod = _by(manifests, "Deployment", component)["spec"]["template"]["spec"]
+        pod = _deployment(manifests, component)["spec"]["template"]["spec"]
         if when is None:
             assert "topologySpreadConstraints" not in pod
             continue
         (constraint,) = pod["topologySpreadConstraints"]
         assert constraint["whenUnsatisfiable"] == when
         assert constraint["topologyKey"] == "kubernetes.io/hostname" and constraint["maxSkew"] == 1
-        selector = _by(manifests, "Deployment", component)["spec"]["selector"]
-        assert constraint["labelSelector"] == selector
+        # Spread over the pool's pods of every revision: the Deployment's selector without the fingerprint.
+        pool_wide = {c.LABEL_SERVICE: "base", c.LABEL_ROLE: component}
+        assert constraint["labelSelector"] == {"matchLabels": pool_wide}
+        assert pool_wide.items() <= _deployment(manifests, component)["spec"]["selector"]["matchLabels"].items()
 
 
 def test_priority_class() -> None:
     manifests = _render({"spec.prefill.priorityClassName": "llm-high", "spec.router.priorityClassName": "llm-router"})
-    assert _by(manifests, "Deployment", c.ROLE_PREFILL)["spec"]["template"]["spec"]["priorityClassName"] == "llm-high"
-    assert "priorityClassName" not in _by(manifests, "Deployment", c.ROLE_DECODE)["spec"]["template"]["spec"]
-    router = _by(manifests, "Deployment", c.ROLE_ROUTER)["spec"]["template"]["spec"]
+    assert _deployment(manifests, c.ROLE_PREFILL)["spec"]["template"]["spec"]["priorityClassName"] == "llm-high"
+    assert "priorityClassName" not in _deployment(manifests, c.ROLE_DECODE)["spec"]["template"]["spec"]
+    router = _deployment(manifests, c.ROLE_ROUTER)["spec"]["template"]["spec"]
     assert router["priorityClassName"] == "llm-router"
 
 
 def test_new_fields_do_not_change_the_fingerprint() -> None:
     # Lifecycle, budgets and placement are per pool: they must not roll the pair or re-pair the router.
-    plain = _by(_render(), "Deployment", c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT]
+    plain = _deployment(_render(), c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT]
     edits = {
         "spec.prefill.lifecycle": {"drainSeconds": 900},
         "spec.prefill.disruption": {"maxUnavailable": 2},
         "spec.prefill.spread": "Off",
     }
-    changed = _by(_render(edits), "Deployment", c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT]
+    changed = _deployment(_render(edits), c.ROLE_PREFILL)["metadata"]["labels"][c.LABEL_FINGERPRINT]
     assert plain == changed

@@ -6,6 +6,7 @@ No cluster: each case runs in milliseconds. The integration suite covers the sam
 from __future__ import annotations
 
 import copy
+import datetime
 import itertools
 import time
 from typing import Any, cast
@@ -13,12 +14,14 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from disaggspec import apply, childrefusal, handlers, metrics, render
+from disaggspec import apply, childrefusal, handlers, metrics, render, rollout
 from disaggspec import conditions as r
 from disaggspec import constants as c
+from disaggspec.api import parse_service
 from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, HeldOff, Reconciler
+from disaggspec.render import names
 from disaggspec.servinghealth.judge import Judgement, Verdict
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import Event, FakeClient
@@ -38,11 +41,25 @@ def _manifest(edits: dict[str, Any] | None = None) -> dict[str, Any]:
     return obj
 
 
+START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
 def _reconciler(client: FakeClient) -> Reconciler:
+    """A reconciler whose clock (RFC 3339, as the rollout planner reads it) advances a second per reading."""
     ticks = itertools.count(1)
     return Reconciler(
-        client, OperatorConfig(), client.post_event, services=ServiceCache(), clock=lambda: f"T{next(ticks)}"
+        client,
+        OperatorConfig(),
+        client.post_event,
+        services=ServiceCache(),
+        clock=lambda: rollout.format_time(START + datetime.timedelta(seconds=next(ticks))),
     )
+
+
+def _deployment(role: str, edits: dict[str, Any] | None = None) -> str:
+    """The name of the Deployment of `role` that the spec with `edits` renders: `<service>-<role>-<revision>`."""
+    service = parse_service(_manifest(edits))
+    return names.deployment_name(service, role, render.fingerprint(service))
 
 
 def _pass(reconciler: Reconciler, client: FakeClient) -> None:
@@ -103,17 +120,17 @@ def test_a_pass_over_unchanged_children_sends_no_request() -> None:
     client.create(_manifest())
     reconciler = _reconciler(client)
     _pass(reconciler, client)
-    client.reset()
-    _pass(reconciler, client)
-    # The children are seen now: only the pools' replica counts change, no child is written.
-    assert client.writes == [("PATCH", _status_path())]
-    assert client.events == []
     before = client.service(NAMESPACE, NAME)["status"]
-    client.reset()
-    _pass(reconciler, client)
-    assert client.requests == []  # service and children from the caches, nothing to write
-    assert client.events == []
-    assert client.service(NAMESPACE, NAME)["status"] == before
+    # The status counts the spec's replicas from the first pass on (the revisions' sum during a rollout), not the
+    # live Deployments'.
+    assert [before[pool]["ready"] for pool in ("prefill", "decode", "router")] == ["0/1", "0/1", "0/1"]
+    for _ in range(2):
+        client.reset()
+        _pass(reconciler, client)
+        # The children are seen now and none is ready yet: no child and no status to write.
+        assert client.requests == []  # service and children from the caches, nothing to write
+        assert client.events == []
+        assert client.service(NAMESPACE, NAME)["status"] == before
 
 
 def test_an_invalid_spec_changes_no_child_and_is_reported_once() -> None:
@@ -173,7 +190,7 @@ def test_admission_refuses_with_the_message_reconcile_reports() -> None:
 def test_an_apply_error_is_degraded_and_announced_once() -> None:
     client = FakeClient()
     client.create(_manifest())
-    decode = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-decode")
+    decode = apply.DEPLOYMENT.item(NAMESPACE, _deployment("decode"))
     # A transient failure of the real write (the dry-run passed): today's retry behaviour, nothing rolled back.
     client.refuse_writes[decode] = apply.ApiError(500, "PATCH", decode, "etcdserver: request timed out")
     reconciler = _reconciler(client)
@@ -186,8 +203,8 @@ def test_an_apply_error_is_degraded_and_announced_once() -> None:
     assert degraded["message"] == f"PATCH {decode}: HTTP 500: etcdserver: request timed out"
     # Every child but the refused one was written (and is counted); the first wave went before the second.
     applied = [e for e in client.events if e.reason == r.EVENT_CHILDREN_APPLIED.reason]
-    assert len(applied) == 1 and f"Deployment/{NAME}-decode" not in applied[0].message
-    assert f"Deployment/{NAME}-prefill" in applied[0].message
+    assert len(applied) == 1 and f"Deployment/{_deployment('decode')}" not in applied[0].message
+    assert f"Deployment/{_deployment('prefill')}" in applied[0].message
     assert [e for e in client.events if e.reason != r.EVENT_CHILDREN_APPLIED.reason] == [
         Event(NAME, "Warning", r.EVENT_APPLY_FAILED.reason, degraded["message"])
     ]
@@ -216,7 +233,7 @@ def _invalid_labels(path: str) -> apply.ApiError:
 def test_a_refused_child_applies_nothing_names_the_child_and_retries() -> None:
     client = FakeClient()
     client.create(_manifest(LABELLED))
-    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, _deployment("prefill", LABELLED))
     client.refuse[prefill] = _invalid_labels(prefill)
     reconciler = _reconciler(client)
     with pytest.raises(apply.ChildrenRefused):  # handed back to the work queue: retried with backoff
@@ -228,8 +245,8 @@ def test_a_refused_child_applies_nothing_names_the_child_and_retries() -> None:
     degraded = conditions["Degraded"]
     assert (degraded["status"], degraded["reason"]) == ("True", r.DEGRADED_CHILD_REFUSED.reason)
     assert degraded["message"] == (
-        f'the API server refuses Deployment {NAME}-prefill: spec.template.labels: Invalid value: "infra": not allowed '
-        "by policy (from spec.prefill.podLabels); nothing was applied"
+        f"the API server refuses Deployment {_deployment('prefill', LABELLED)}: spec.template.labels: Invalid value: "
+        '"infra": not allowed by policy (from spec.prefill.podLabels); nothing was applied'
     )
     assert (conditions["Ready"]["reason"], conditions["Progressing"]["reason"]) == ("ChildRefused", "ChildRefused")
     assert "specFingerprint" not in client.service(NAMESPACE, NAME)["status"]  # nothing of this spec runs
@@ -251,7 +268,7 @@ def test_a_refused_edit_keeps_the_children_and_what_they_run() -> None:
     before = {apply.ref(obj): obj["metadata"]["resourceVersion"] for obj in client.children(NAMESPACE, NAME)}
     fingerprint = client.service(NAMESPACE, NAME)["status"]["specFingerprint"]
     reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(LABELLED)["spec"]))
-    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, _deployment("prefill", LABELLED))
     client.refuse[prefill] = _invalid_labels(prefill)
     with pytest.raises(apply.ChildrenRefused):
         _pass(reconciler, client)
@@ -293,11 +310,11 @@ def test_admission_refuses_a_spec_whose_child_would_be_refused(monkeypatch: pyte
     monkeypatch.setattr(handlers.RUNTIME, "reconciler", _reconciler(client))
     manifest = _manifest(LABELLED)
     manifest["metadata"]["uid"] = "incoming-uid"
-    prefill = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-prefill")
+    prefill = apply.DEPLOYMENT.item(NAMESPACE, _deployment("prefill", LABELLED))
     client.refuse[prefill] = _invalid_labels(prefill)
     with pytest.raises(kopf.AdmissionError) as refused:
         handlers.admit(body=_body(manifest), operation="CREATE")
-    assert str(refused.value).startswith(f"the API server refuses Deployment {NAME}-prefill: ")
+    assert str(refused.value).startswith(f"the API server refuses Deployment {_deployment('prefill', LABELLED)}: ")
     assert "(from spec.prefill.podLabels)" in str(refused.value)
     assert client.writes == []  # dry-runs only
     assert len([m for m, _ in client.requests if m == "DRYRUN"]) == CHILD_COUNT - 1  # all but the RoleBinding
@@ -369,9 +386,10 @@ def test_a_pass_refused_after_writing_rolls_back_and_holds_off_the_event_driven_
 ) -> None:
     client = FakeClient()
     client.create(_manifest())
-    router = apply.DEPLOYMENT.item(NAMESPACE, f"{NAME}-router")
+    router_name = _deployment("router")
+    router = apply.DEPLOYMENT.item(NAMESPACE, router_name)
     # A quota each Deployment fits alone: the dry-run passes, the real create of the third is refused.
-    quota = f'deployments.apps "{NAME}-router" is forbidden: exceeded quota: q, used: count/deployments.apps=2'
+    quota = f'deployments.apps "{router_name}" is forbidden: exceeded quota: q, used: count/deployments.apps=2'
     client.refuse_writes[router] = apply.ApiError(403, "PATCH", router, quota, None, "Forbidden")
     reconciler = _reconciler(client)
     with pytest.raises(apply.ChildrenRefused):
@@ -380,7 +398,7 @@ def test_a_pass_refused_after_writing_rolls_back_and_holds_off_the_event_driven_
     degraded = _conditions(client)["Degraded"]
     assert degraded["reason"] == r.DEGRADED_CHILD_REFUSED.reason
     assert degraded["message"] == (
-        f"the API server refuses Deployment {NAME}-router: exceeded quota: q, used: count/deployments.apps=2; the "
+        f"the API server refuses Deployment {router_name}: exceeded quota: q, used: count/deployments.apps=2; the "
         "children this pass had created were deleted again, so nothing is half-applied"
     )
 
@@ -510,3 +528,91 @@ def test_a_new_revision_prunes_the_old_fill_job() -> None:
     (new,) = [o["metadata"]["name"] for o in client.children(NAMESPACE, NAME) if o["kind"] == apply.JOB.kind]
     assert new != old
     assert ("DELETE", apply.JOB.item(NAMESPACE, old)) in client.writes
+
+
+def _deployments(client: FakeClient) -> dict[str, int]:
+    """name -> spec.replicas of the service's live Deployments."""
+    return {
+        obj["metadata"]["name"]: obj["spec"]["replicas"]
+        for obj in client.children(NAMESPACE, NAME)
+        if obj["kind"] == apply.DEPLOYMENT.kind
+    }
+
+
+def test_a_must_match_edit_rolls_out_a_new_revision_beside_the_serving_one() -> None:
+    client, reconciler = _converged()
+    client.roll_out(NAMESPACE)
+    _pass(reconciler, client)
+    old = {role: _deployment(role) for role in ("prefill", "decode", "router")}
+    edits = {"spec.model.revision": "v2"}  # a must-match setting: a new fingerprint
+    new = {role: _deployment(role, edits) for role in ("prefill", "decode", "router")}
+    assert set(old.values()).isdisjoint(new.values())
+    revision = names.revision_name(render.fingerprint(parse_service(_manifest(edits))))
+    assert reconciler.reconcile(NAMESPACE, NAME, client.children) is None  # no rollout: nothing to look at later
+    reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(edits)["spec"]))
+    client.reset()
+    wake_after = reconciler.reconcile(NAMESPACE, NAME, client.children)
+    # A rollout runs: the pass asks to run again by the progress deadline, even if nothing else happens.
+    deadline = rollout.progress_deadline_seconds(parse_service(_manifest(edits)))
+    assert wake_after is not None and 0 < wake_after <= deadline + 1
+    # The new revision starts beside the old one, which keeps every pod (maxUnavailable 0) and serves meanwhile.
+    assert _deployments(client) == {**{name: 1 for name in old.values()}, **{name: 1 for name in new.values()}}
+    assert not any(method == "DELETE" for method, _ in client.writes)
+    created = [e for e in client.events if e.reason == r.EVENT_REVISION_CREATED.reason]
+    assert len(created) == 1 and f"revision {revision} started" in created[0].message
+    assert _conditions(client)["Ready"]["status"] == "False"
+    for _ in range(4):  # the new revision becomes ready, the old one drains: router first, then its pools
+        client.roll_out(NAMESPACE)
+        _pass(reconciler, client)
+    assert _deployments(client) == {name: 1 for name in new.values()}
+    status = client.service(NAMESPACE, NAME)["status"]
+    assert [(entry["name"], entry["traffic"]) for entry in status["revisions"]] == [(revision, "Active")]
+    assert [e.reason for e in client.events].count(r.EVENT_REVISION_RETIRED.reason) == 1
+    assert _conditions(client)["Ready"]["status"] == "True"
+    assert reconciler.reconcile(NAMESPACE, NAME, client.children) is None  # rolled out
+
+
+def test_an_operator_upgrade_keeps_the_deployments_without_a_revision_until_the_revision_serves() -> None:
+    client = FakeClient()
+    owner = client.create(_manifest())
+    service = parse_service(_manifest())
+    # The children as the operator before revisions rendered them: Deployments `<service>-<role>`, the fingerprint
+    # in their labels but neither in their name nor in their selector, no stored spec.
+    for manifest in render.render(service, OperatorConfig()):
+        if manifest["kind"] == apply.DEPLOYMENT.kind:
+            role = manifest["metadata"]["labels"][c.LABEL_ROLE]
+            manifest["metadata"]["name"] = f"{NAME}-{role}"
+            del manifest["metadata"]["annotations"]
+            del manifest["spec"]["selector"]["matchLabels"][c.LABEL_FINGERPRINT]
+        manifest["metadata"]["ownerReferences"] = [apply.owner_reference(owner)]
+        client.create(manifest)
+    client.roll_out(NAMESPACE)
+    _pass(_reconciler(client), client)
+    # Nothing of the new revision is ready yet: the old Deployments must still serve, and Ready cannot be True.
+    assert {f"{NAME}-prefill", f"{NAME}-decode", f"{NAME}-router"} <= set(_deployments(client))
+    assert _conditions(client)["Ready"]["status"] == "False"
+
+
+def test_ready_is_never_true_while_a_pool_has_fewer_ready_pods_than_the_spec_s_replicas() -> None:
+    edits = {
+        "spec.prefill.replicas": 2,
+        "spec.decode.replicas": 2,
+        "spec.rollout": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    client, reconciler = _converged(edits)
+    client.roll_out(NAMESPACE)
+    _pass(reconciler, client)
+    assert _conditions(client)["Ready"]["status"] == "True"
+    reconciler.services.put(
+        client.update_spec(NAMESPACE, NAME, _manifest({**edits, "spec.model.revision": "v2"})["spec"])
+    )
+    for _ in range(8):
+        _pass(reconciler, client)
+        status = client.service(NAMESPACE, NAME)["status"]
+        if _conditions(client)["Ready"]["status"] == "True":
+            assert [status[pool]["ready"] for pool in ("prefill", "decode")] == ["2/2", "2/2"], _deployments(client)
+        client.roll_out(NAMESPACE)
+    replicas = {"prefill": 2, "decode": 2, "router": 1}
+    assert _deployments(client) == {
+        _deployment(role, {**edits, "spec.model.revision": "v2"}): replicas[role] for role in replicas
+    }

@@ -14,9 +14,10 @@ from disaggspec import constants as c
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
 from disaggspec.ib_device_map import IMAGE_PATH
-from disaggspec.render import fingerprint, render
+from disaggspec.render import Revision, fingerprint, names, render
 from disaggspec.render.rdma import server_command
 from disaggspec.sglang.args import server_args
+from tests.unit.deployments import deployment
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -77,7 +78,7 @@ def _static_rdma() -> dict[str, Any]:
 def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
     manifests = render(parse_service(_static_rdma()), OperatorConfig())
     name = _static_rdma()["metadata"]["name"]
-    pod = _by(manifests, "Deployment", f"{name}-decode")["spec"]["template"]
+    pod = deployment(manifests, name, "decode")["spec"]["template"]
     container = pod["spec"]["containers"][0]
     mapping = json.loads(_flag(container["command"], "--disaggregation-ib-device"))
     assert mapping == {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"}
@@ -96,8 +97,8 @@ def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
 
 def _decode_container(obj: dict[str, Any]) -> dict[str, Any]:
     manifests = render(parse_service(obj), OperatorConfig())
-    deployment = _by(manifests, "Deployment", f"{obj['metadata']['name']}-decode")
-    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    decode = deployment(manifests, obj["metadata"]["name"], "decode")
+    container: dict[str, Any] = decode["spec"]["template"]["spec"]["containers"][0]
     return container
 
 
@@ -168,15 +169,15 @@ def test_static_list_is_rendered_as_given() -> None:
 
 def test_no_rdma_means_no_capability_and_no_rdma_env() -> None:
     manifests = render(parse_service(_example("llama-3.1-8b-eagle3")), OperatorConfig())
-    container = _by(manifests, "Deployment", "llama-eagle3-prefill")["spec"]["template"]["spec"]["containers"][0]
+    container = deployment(manifests, "llama-eagle3", "prefill")["spec"]["template"]["spec"]["containers"][0]
     assert "capabilities" not in container["securityContext"]
     assert not any(e["name"].startswith(("NCCL_", "UCX_", "MC_")) for e in container.get("env", []))
 
 
 def test_prefill_pods_carry_the_bootstrap_annotation_and_port_decode_pods_do_not() -> None:
     manifests = render(parse_service(_example("llama-3.1-8b-eagle3")), OperatorConfig())
-    prefill = _by(manifests, "Deployment", "llama-eagle3-prefill")["spec"]["template"]
-    decode = _by(manifests, "Deployment", "llama-eagle3-decode")["spec"]["template"]
+    prefill = deployment(manifests, "llama-eagle3", "prefill")["spec"]["template"]
+    decode = deployment(manifests, "llama-eagle3", "decode")["spec"]["template"]
     assert prefill["metadata"]["annotations"][c.ANNOTATION_BOOTSTRAP_PORT] == "8998"
     assert any(p["name"] == "bootstrap" for p in prefill["spec"]["containers"][0]["ports"])
     assert c.ANNOTATION_BOOTSTRAP_PORT not in decode["metadata"].get("annotations", {})
@@ -192,13 +193,68 @@ def test_labels_and_router_selectors_include_the_fingerprint() -> None:
         assert labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY
         assert labels[c.LABEL_SERVICE] == "llama-eagle3"
         assert labels[c.LABEL_INSTANCE] == "llama-eagle3"
-    router = _by(manifests, "Deployment", "llama-eagle3-router")["spec"]["template"]["spec"]
+    for role in (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER):
+        # Each revision's Deployments are its own: named and selecting by the fingerprint, carrying their spec.
+        rendered = deployment(manifests, "llama-eagle3", role)
+        assert (
+            rendered["metadata"]["name"] == names.deployment_name(service, role, fp) == f"llama-eagle3-{role}-{fp[:8]}"
+        )
+        assert rendered["metadata"]["labels"][c.LABEL_FINGERPRINT] == fp
+        assert rendered["spec"]["selector"]["matchLabels"] == {
+            c.LABEL_SERVICE: "llama-eagle3",
+            c.LABEL_ROLE: role,
+            c.LABEL_FINGERPRINT: fp,
+        }
+        template_labels = rendered["spec"]["template"]["metadata"]["labels"]
+        assert rendered["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
+        stored = json.loads(rendered["metadata"]["annotations"][names.REVISION_SPEC_ANNOTATION])
+        assert parse_service({**_example("llama-3.1-8b-eagle3"), "spec": stored}).spec == service.spec
+    router = deployment(manifests, "llama-eagle3", "router")["spec"]["template"]["spec"]
     command = router["containers"][0]["command"]
     assert f"{c.LABEL_FINGERPRINT}={fp}" in command
     assert _flag(command, "--service-discovery-namespace") == "ns"
     assert router["serviceAccountName"] == "llama-eagle3-router"
     role = _by(manifests, "Role", "llama-eagle3-router")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+ROLES = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
+
+
+def test_each_revision_renders_its_own_deployments_and_the_shared_children_once() -> None:
+    service = parse_service(_example("llama-3.1-8b-eagle3"))
+    older_obj = _example("llama-3.1-8b-eagle3")
+    older_obj["spec"]["model"]["revision"] = "v1"
+    older = parse_service(older_obj)
+    fp, old_fp = fingerprint(service), fingerprint(older)
+    assert fp != old_fp
+    revisions = [
+        Revision(fp, service, {c.ROLE_PREFILL: 1, c.ROLE_DECODE: 1, c.ROLE_ROUTER: 1}),
+        Revision(old_fp, older, {c.ROLE_PREFILL: 2, c.ROLE_DECODE: 0, c.ROLE_ROUTER: 1}),
+        Revision("f" * 16, None, {c.ROLE_PREFILL: 3}),  # an unreadable revision: kept as it is live, not rendered
+    ]
+    manifests = render(service, OperatorConfig(), revisions)
+    single = render(service, OperatorConfig())
+    # The Services, budgets and RBAC are shared by the revisions: the same as for one revision, once each.
+    assert [m for m in manifests if m["kind"] != "Deployment"] == [m for m in single if m["kind"] != "Deployment"]
+    replicas = {m["metadata"]["name"]: m["spec"]["replicas"] for m in manifests if m["kind"] == "Deployment"}
+    assert replicas == {
+        names.deployment_name(service, c.ROLE_PREFILL, fp): 1,
+        names.deployment_name(service, c.ROLE_DECODE, fp): 1,
+        names.deployment_name(service, c.ROLE_ROUTER, fp): 1,
+        names.deployment_name(older, c.ROLE_PREFILL, old_fp): 2,
+        names.deployment_name(older, c.ROLE_DECODE, old_fp): 0,
+        names.deployment_name(older, c.ROLE_ROUTER, old_fp): 1,
+    }
+    by_name = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Deployment"}
+    # The current revision renders as it does alone; the older one runs its own spec and pairs only its own pods.
+    for role in ROLES:
+        assert by_name[names.deployment_name(service, role, fp)] == deployment(single, "llama-eagle3", role)
+    old_prefill = by_name[names.deployment_name(older, c.ROLE_PREFILL, old_fp)]["spec"]["template"]["spec"]
+    assert _flag(old_prefill["containers"][0]["command"], "--revision") == "v1"
+    old_router = by_name[names.deployment_name(older, c.ROLE_ROUTER, old_fp)]["spec"]["template"]["spec"]
+    assert f"{c.LABEL_FINGERPRINT}={old_fp}" in old_router["containers"][0]["command"]
+    assert f"{c.LABEL_FINGERPRINT}={fp}" not in old_router["containers"][0]["command"]
 
 
 MUST_MATCH_EDITS = [
@@ -250,7 +306,7 @@ def test_typed_tolerations_affinity_and_env_sources_render_as_given() -> None:
     obj = _example("rdma-multus")
     obj["spec"]["decode"].update(tolerations=tolerations, affinity=affinity, env=env)
     manifests = render(parse_service(obj), OperatorConfig())
-    pod = _by(manifests, "Deployment", f"{obj['metadata']['name']}-decode")["spec"]["template"]["spec"]
+    pod = deployment(manifests, obj["metadata"]["name"], "decode")["spec"]["template"]["spec"]
     assert pod["tolerations"] == tolerations
     assert pod["affinity"] == affinity
     assert env[0] in pod["containers"][0]["env"]
@@ -262,7 +318,7 @@ def test_non_canonical_gpu_keys_do_not_crash_rendering() -> None:
     obj = _static_rdma()
     obj["spec"]["transfer"]["rdma"]["ibDevicesPerGpu"].update({"gpu1": "mlx5_9", "10": "mlx5_2"})
     manifests = render(parse_service(obj), OperatorConfig())
-    container = _by(manifests, "Deployment", f"{obj['metadata']['name']}-prefill")["spec"]["template"]["spec"]
+    container = deployment(manifests, obj["metadata"]["name"], "prefill")["spec"]["template"]["spec"]
     mapping = json.loads(_flag(container["containers"][0]["command"], "--disaggregation-ib-device"))
     assert list(mapping) == ["0", "1", "2", "3", "10", "gpu1"]
 
@@ -277,8 +333,7 @@ def test_transfer_draft_probs_sets_the_patch_env_on_both_pools_only_when_on() ->
 
     def env_of(obj: dict[str, Any], role: str) -> dict[str, Any]:
         manifests = render(parse_service(obj), OperatorConfig())
-        name = f"{obj['metadata']['name']}-{role}"
-        container = _by(manifests, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        container = deployment(manifests, obj["metadata"]["name"], role)["spec"]["template"]["spec"]["containers"][0]
         return {e["name"]: e.get("value") for e in container.get("env", [])}
 
     for role in ("prefill", "decode"):

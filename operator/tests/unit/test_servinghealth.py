@@ -17,6 +17,7 @@ import pytest
 
 from disaggspec import metrics
 from disaggspec.config import HealthSettings, health_from_env
+from disaggspec.render import names
 from disaggspec.servinghealth import prometheus, samples
 from disaggspec.servinghealth.judge import NOT_MEASURED, PodWindow, judge, reduce
 from disaggspec.servinghealth.monitor import Monitor
@@ -198,12 +199,12 @@ def test_queries_select_one_service_s_pods_by_namespace_and_name() -> None:
     queries = {q.signal: q.promql for q in prometheus.queries("team-a", "llama", SETTINGS)}
     assert queries["accept_length"] == (
         'avg by (pod) (avg_over_time(sglang:spec_accept_length{namespace="team-a",'
-        'pod=~"llama-(decode)-[a-z0-9]+-[a-z0-9]+"}[60s]))'
+        'pod=~"llama-(decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"}[60s]))'
     )
     assert queries["failures"] == (
         'sum by (pod) (increase({__name__=~"sglang:num_bootstrap_failed_reqs_total|'
         'sglang:num_transfer_failed_reqs_total",namespace="team-a",'
-        'pod=~"llama-(prefill|decode)-[a-z0-9]+-[a-z0-9]+"}[60s]))'
+        'pod=~"llama-(prefill|decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"}[60s]))'
     )
     assert set(queries) == set(prometheus.SIGNALS)
 
@@ -216,16 +217,20 @@ def _vector(values: dict[str, float]) -> dict[str, Any]:
 
 def test_answers_become_windows_and_a_verdict() -> None:
     answers = {
-        "accept_length": prometheus.per_pod(_vector({"llama-decode-5d9f-x2": 1.02})),
+        "accept_length": prometheus.per_pod(_vector({"llama-decode-0a1b2c3d-5d9f-x2": 1.02})),
         "verify_calls": prometheus.per_pod(_vector({})),  # 0.5.2: no such counter
-        "generation_tokens": prometheus.per_pod(_vector({"llama-decode-5d9f-x2": 510})),
-        "requests": prometheus.per_pod(_vector({"llama-decode-5d9f-x2": 16, "llama-prefill-77aa-q1": 16})),
-        "failures": prometheus.per_pod(_vector({"llama-decode-5d9f-x2": 0, "llama-prefill-77aa-q1": 0})),
+        "generation_tokens": prometheus.per_pod(_vector({"llama-decode-0a1b2c3d-5d9f-x2": 510})),
+        "requests": prometheus.per_pod(
+            _vector({"llama-decode-0a1b2c3d-5d9f-x2": 16, "llama-prefill-0a1b2c3d-77aa-q1": 16})
+        ),
+        "failures": prometheus.per_pod(
+            _vector({"llama-decode-0a1b2c3d-5d9f-x2": 0, "llama-prefill-0a1b2c3d-77aa-q1": 0})
+        ),
     }
     windows = prometheus.windows("llama", answers)
     assert [(w.pod, w.role) for w in windows] == [
-        ("llama-decode-5d9f-x2", "decode"),
-        ("llama-prefill-77aa-q1", "prefill"),
+        ("llama-decode-0a1b2c3d-5d9f-x2", "decode"),
+        ("llama-prefill-0a1b2c3d-77aa-q1", "prefill"),
     ]
     assert windows[0].verify_steps == pytest.approx(500)
     verdict = judge(windows, [], 60, SETTINGS)
@@ -234,8 +239,16 @@ def test_answers_become_windows_and_a_verdict() -> None:
 
 
 def test_another_service_s_pods_are_not_taken() -> None:
-    answers = {"requests": {"llama-decode-decode-5d9f-x2": 3.0, "llama-decode-5d9f-x2": 1.0}}
-    assert [w.pod for w in prometheus.windows("llama", answers)] == ["llama-decode-5d9f-x2"]
+    answers = {"requests": {"llama-decode-decode-0a1b2c3d-5d9f-x2": 3.0, "llama-decode-0a1b2c3d-5d9f-x2": 1.0}}
+    assert [w.pod for w in prometheus.windows("llama", answers)] == ["llama-decode-0a1b2c3d-5d9f-x2"]
+
+
+def test_the_pods_of_each_revision_s_deployments_are_taken() -> None:
+    # A Deployment `<service>-<role>-<revision>` (names.deployment_name) names its pods `<deployment>-<hash>-<suffix>`.
+    new, old = names.revision_name("9c20c58d5e553f62"), names.revision_name("3d810168411e2b52")
+    pods = {f"llama-decode-{new}-5d9f8c7b6-x2x7q": 1.0, f"llama-decode-{old}-6c8d9f7b5-q1w2e": 1.0}
+    windows = prometheus.windows("llama", {"requests": {**pods, f"llama-decode-decode-{new}-5d9f8c7b6-x2x7q": 3.0}})
+    assert [(w.pod, w.role) for w in windows] == [(pod, "decode") for pod in sorted(pods)]
 
 
 def test_an_error_answer_is_refused() -> None:
@@ -355,7 +368,7 @@ def test_the_prometheus_source_asks_prometheus_not_the_pods() -> None:
     def fetch(url: str, timeout: float) -> bytes:
         asked.append(url)
         if "failed_reqs" in url:
-            return json.dumps(_vector({"llama-prefill-77aa-q1": 30})).encode()
+            return json.dumps(_vector({"llama-prefill-0a1b2c3d-77aa-q1": 30})).encode()
         return json.dumps(_vector({})).encode()
 
     monitor = Monitor(
@@ -371,7 +384,8 @@ def test_the_prometheus_source_asks_prometheus_not_the_pods() -> None:
     )
     verdict = monitor.verdict("ns", "llama")
     assert (
-        verdict.transfer.reason.reason == "TransferFailures" and "llama-prefill-77aa-q1 30" in verdict.transfer.message
+        verdict.transfer.reason.reason == "TransferFailures"
+        and "llama-prefill-0a1b2c3d-77aa-q1 30" in verdict.transfer.message
     )
     assert verdict.spec_decode.reason.reason == "NoMetrics"  # no decode pod in any answer
 

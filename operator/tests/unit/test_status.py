@@ -6,7 +6,13 @@ from typing import Any
 
 from disaggspec import conditions as r
 from disaggspec import status
-from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus
+from disaggspec.api.v1alpha1 import (
+    Condition,
+    DisaggSpecServiceStatus,
+    RevisionPoolStatus,
+    RevisionStatus,
+    RevisionTraffic,
+)
 from disaggspec.rejection import ACCEPTED, Problem, Rejection
 from disaggspec.servinghealth.judge import Judgement, Verdict
 from disaggspec.status import Observation
@@ -110,6 +116,7 @@ def test_the_wire_form_is_the_camel_case_json_written_today() -> None:
         "router": {"replicas": 1, "readyReplicas": 0, "updatedReplicas": 0, "availableReplicas": 0, "ready": "0/1"},
         "specFingerprint": "abc",
         "endpoint": "svc:8000",
+        "revisions": [],
     }
 
 
@@ -294,6 +301,7 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, ACCEPTED, {}, None, None, None, "kube-system"),
         Observation(3, ACCEPTED, {}, None, None, refused="the API server refuses Deployment x: ..."),
         Observation(3, ACCEPTED, {}, None, None, render_error="rendering the children failed: ..."),
+        Observation(3, ACCEPTED, {}, None, None, held="revision 0123abcd has had no pod become ready for 900s"),
         *(Observation(3, ACCEPTED, {}, None, None, model_cache=cache) for cache in _CACHE_STATES.values()),
     ]
     runtime = [reason for reason in r.CONDITION_REASONS if reason.condition in _RUNTIME_TYPES]
@@ -326,3 +334,67 @@ def test_changed_ignores_fields_only_the_server_holds() -> None:
     first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
     held = {**first.to_wire(), "fromANewerOperator": 1}
     assert not status.changed(first, held)
+
+
+def _revision(name: str, traffic: RevisionTraffic, prefill: int, decode: int, router: int) -> RevisionStatus:
+    def pool(ready: int) -> RevisionPoolStatus:
+        return RevisionPoolStatus(replicas=ready, ready_replicas=ready)
+
+    return RevisionStatus(
+        fingerprint=name * 2,
+        name=name,
+        traffic=traffic,
+        serving=router > 0,
+        prefill=pool(prefill),
+        decode=pool(decode),
+        router=pool(router),
+    )
+
+
+def test_during_a_rollout_the_pools_count_every_revision_against_the_spec_s_replicas() -> None:
+    # The new revision has one of two prefill pods ready; the old one still serves with two.
+    current = {
+        "prefill": _deployment(1, 1),
+        "decode": _deployment(2, 2),
+        "router": _deployment(1, 1),
+    }
+    revisions = (_revision("0123abcd", "Rolling", 1, 2, 1), _revision("4567cdef", "Draining", 2, 0, 1))
+    observation = Observation(
+        3,
+        ACCEPTED,
+        current,
+        "0123abcd0123abcd",
+        "svc:8000",
+        revisions=revisions,
+        draining=("4567cdef",),
+        desired={"prefill": 2, "decode": 2, "router": 1},
+    )
+    result = status.compute(observation, None, "T1")
+    # ready and available add the older revisions' ready pods; updated counts the current revision's only.
+    assert result.prefill.model_dump() == {
+        "replicas": 2,
+        "ready_replicas": 3,
+        "updated_replicas": 1,
+        "available_replicas": 3,
+        "ready": "3/2",
+    }
+    assert (result.decode.ready, result.router.ready) == ("2/2", "2/1")
+    assert [revision.name for revision in result.revisions] == ["0123abcd", "4567cdef"]
+    # The new prefill Deployment is at 1 of the spec's 2, and the old revision is still there: the rollout goes on.
+    conditions = _by_type(result)
+    assert (conditions["Progressing"].status, conditions["Progressing"].reason) == ("True", "RollingOut")
+    assert conditions["Progressing"].message == "waiting for prefill, revision 4567cdef to drain"
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "RolloutInProgress")
+
+
+def test_a_held_rollout_is_not_progressing_and_says_why() -> None:
+    ready = _deployment(1, 1)
+    held = "revision 0123abcd has had no pod become ready for 900s (spec.rollout.progressDeadlineSeconds 900): ..."
+    observation = Observation(
+        3, ACCEPTED, {"prefill": ready, "decode": ready, "router": ready}, "a", "e", held=held, draining=("4567cdef",)
+    )
+    conditions = _by_type(status.compute(observation, None, "T1"))
+    progressing = conditions["Progressing"]
+    assert (progressing.status, progressing.reason, progressing.message) == ("False", "RolloutHeld", held)
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "RolloutInProgress")
+    assert conditions["Degraded"].status == "False"

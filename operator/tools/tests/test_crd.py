@@ -95,6 +95,7 @@ def test_crd_metadata() -> None:
         "Algorithm",
         "Prefill",
         "Decode",
+        "Rollout",
         "Age",
     ]
 
@@ -148,6 +149,7 @@ def test_every_table_cel_lands_in_the_crd() -> None:
         "EnvVarSource": {".spec.prefill.env[].valueFrom", ".spec.decode.env[].valueFrom"},
         "SGLangSpec": {".spec.sglang"},
         "RouterSpec": {".spec.router"},
+        "RolloutSpec": {".spec.rollout"},
         "DraftModel": {
             ".spec.speculative.draftModel",
             ".spec.prefill.speculative.draftModel",

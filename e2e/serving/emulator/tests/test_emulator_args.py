@@ -131,6 +131,14 @@ def test_emulate_options() -> None:
     assert filled.hidden_dtype == "bfloat16" and filled.accept_length == 2.0
 
 
+def test_revision_and_load_failure_options() -> None:
+    assert parse_options([]).revision is None
+    assert parse_options(["revision=0123456789abcdef"]).revision == "0123456789abcdef"
+    assert parse_options(["fail=load-failure"]).fail == "load-failure"
+    with pytest.raises(OptionError, match="must not be empty"):
+        parse_options(["revision="])
+
+
 def test_fingerprint_follows_patch_0001() -> None:
     options = parse_options(["hidden-size=4096"]).with_defaults_for(
         dtype="float16", speculative=True, num_draft_tokens=2

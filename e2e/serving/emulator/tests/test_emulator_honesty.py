@@ -164,6 +164,16 @@ NEEDLES = [
     ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE = EnvInt(2)"),
     ("0.5.23", _ENV, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = EnvBool(True)"),
     ("0.5.23", "sglang/srt/managers/scheduler.py", "bootstrap room id"),
+    # fail=load-failure and fail=crash: the loader's error, the scheduler's report and the server's SIGQUIT handler.
+    *(
+        (version, path, needle)
+        for version in ("0.5.2", "0.5.23")
+        for path, needle in (
+            ("sglang/srt/model_loader/loader.py", "Cannot find any model weights with"),
+            ("sglang/srt/managers/scheduler.py", "Scheduler hit an exception: {traceback}"),
+            ("sglang/srt/entrypoints/engine.py", "Received sigquit from a child process. It usually means the child"),
+        )
+    ),
 ]
 
 

@@ -103,6 +103,7 @@ def test_every_api_through_the_real_router_pairs_prefill_and_decode_then_drains(
         assert report["prefill_pod"] == "prefill-1" and report["decode_pod"] == "decode-2"
         assert report["bootstrap_port"] == 8998 and isinstance(report["bootstrap_room"], int)
         assert report["fingerprint_match"] is True and report["sglang_version"] == version
+        assert report["prefill_revision"] is None and report["decode_revision"] is None
         assert "emulated-token-1" in raw.decode()
         if path == "/generate":
             assert payload["meta_info"]["completion_tokens"] == 6
@@ -246,6 +247,17 @@ def test_fingerprint_mismatch_is_served_and_recorded_on_0_5_2(stack: Stack) -> N
     assert status == 200, raw[:500]
     report = report_of(json.loads(raw))
     assert report["fingerprint_match"] is False and report["prefill_fingerprint"] != report["decode_fingerprint"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cross_revision_pairing_fails_visibly_through_the_router(stack: Stack, version: str) -> None:
+    """The emulator's test oracle (`revision`, not SGLang): a router pairing a prefill and a decode of different
+    revisions gets HTTP 500 naming both revisions, and the report of a same-revision pair names its revision."""
+    url = start_pd(stack, version, prefill=("revision=bbbb",), decode=("revision=aaaa",))
+    status, raw, _ = request("POST", url + "/v1/completions", {**BODIES["/v1/completions"], "stream": False})
+    assert status == 500, raw[:500]
+    text = raw.decode()
+    assert "cross-revision pairing" in text and "revision bbbb" in text and "revision aaaa" in text, text
 
 
 @pytest.mark.parametrize("version", VERSIONS)

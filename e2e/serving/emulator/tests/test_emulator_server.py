@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -141,3 +142,66 @@ def test_accept_length_changes_at_run_time_and_the_gauge_follows_recent_steps(st
 
     assert request("POST", base + "/emulator/options", {"tokens-per-second": "5"})[0] == 400  # start-up only
     assert request("POST", base + "/emulator/options", {"accept-length": "zero"})[0] == 400
+
+
+def _pd_request(stack: Stack, prefill: int, decode: int, room: int) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+    """One /generate sent to both halves at once, as a PD router does: ((decode status, body), (prefill's))."""
+    body = {
+        "text": "hello",
+        "sampling_params": {"max_new_tokens": 4},
+        "bootstrap_host": stack.ip(prefill),
+        "bootstrap_port": 8998,
+        "bootstrap_room": room,
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        to_prefill = pool.submit(request, "POST", f"http://{stack.ip(prefill)}:30000/generate", body, timeout=20)
+        status, raw, _ = request("POST", f"http://{stack.ip(decode)}:30000/generate", body, timeout=20)
+        prefill_status, prefill_raw, _ = to_prefill.result()
+    return (status, raw), (prefill_status, prefill_raw)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_cross_revision_pairing_fails_that_request_and_the_decode_keeps_serving(stack: Stack, version: str) -> None:
+    """The test oracle (`--emulate revision`, not SGLang): a decode of revision A fails a request bound to a prefill
+    of revision B with HTTP 500 naming both revisions, the prefill's half fails too, and the decode serves its own
+    revision's prefill (and a prefill without a revision) before and after."""
+    same = stack.emulator(version, "prefill", 1, emulate=(*FAST, "revision=aaaa"), env=FAST_ENV)
+    other = stack.emulator(version, "prefill", 3, emulate=(*FAST, "revision=bbbb"), env=FAST_ENV)
+    unset = stack.emulator(version, "prefill", 4, emulate=FAST, env=FAST_ENV)
+    decode = stack.emulator(version, "decode", 2, emulate=(*FAST, "revision=aaaa"), env=FAST_ENV)
+    for host, proc in ((1, same), (3, other), (4, unset), (2, decode)):
+        wait_for(f"http://{stack.ip(host)}:30000/health", proc=proc)
+
+    (status, raw), _ = _pd_request(stack, 1, 2, room=11)
+    assert status == 200, raw
+    report = json.loads(raw)["meta_info"]["emulator"]
+    assert (report["prefill_revision"], report["decode_revision"]) == ("aaaa", "aaaa")
+
+    (status, raw), (prefill_status, prefill_raw) = _pd_request(stack, 3, 2, room=12)
+    assert status == 500, raw
+    message = json.loads(raw)["message"]
+    assert "cross-revision pairing" in message and "revision bbbb" in message and "revision aaaa" in message
+    assert prefill_status == 500 and "cross-revision pairing" in json.loads(prefill_raw)["message"]
+    assert "cross-revision pairing" in decode.output()
+
+    for prefill, room in ((1, 13), (4, 14)):
+        (status, raw), _ = _pd_request(stack, prefill, 2, room=room)
+        assert status == 200, raw
+    assert json.loads(raw)["meta_info"]["emulator"]["prefill_revision"] is None
+    assert decode.popen.poll() is None
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_load_failure_exits_1_without_ever_listening(stack: Stack, version: str) -> None:
+    """`fail=load-failure`: SGLang's loader error after load-seconds, exit 1; the HTTP port never listened (the
+    prefill's bootstrap server did, from the start, as SGLang's tokenizer manager starts it before the model)."""
+    proc = stack.emulator(version, "prefill", 1, emulate=("load-seconds=1", "fail=load-failure"))
+    wait_for(f"http://{stack.ip(1)}:8998/health", proc=proc)
+    while proc.popen.poll() is None:
+        assert request("GET", f"http://{stack.ip(1)}:30000/health", timeout=1)[0] == 0
+        time.sleep(0.05)
+    assert proc.popen.wait(timeout=10) == 1
+    output = proc.output()
+    assert "Cannot find any model weights with `meta-llama/Llama-3.1-8B-Instruct`" in output, output
+    assert "Received sigquit from a child process. It usually means the child failed." in output
+    assert request("GET", f"http://{stack.ip(1)}:8998/health", timeout=1)[0] == 0

@@ -1,0 +1,406 @@
+"""Plans a coordinated prefill/decode rollout across revisions; pure: no clock (the caller passes `now`), no I/O.
+
+A revision is the set of children of one spec fingerprint: a prefill, a decode and a router Deployment named
+`<service>-<role>-<8 hex of the fingerprint>`, each carrying the spec it was rendered from. The router of a revision
+pairs only that revision's pods (its selectors include the fingerprint), and all routers sit behind the one router
+Service, so traffic is shared by the serving revisions in proportion to their ready router pods; a revision joins as
+soon as its router is ready, which sglang-router (and the readiness helper with smg) allows only once the revision
+has a ready prefill and a ready decode. So a request can never be paired across revisions, and the new revision
+takes traffic exactly when it can serve it.
+
+`plan` decides, on every pass, how many pods each revision gets:
+- the current revision (the spec's fingerprint) grows towards the pools' replicas, bounded by
+  `spec.rollout.maxSurge` (pods of a pool beyond its replicas, counting the old revisions' pods) and by
+  `spec.rollout.maxSkew` (neither of its pools ahead of the other by more than that fraction of ready pods);
+- the older revisions shrink only as far as the ready pods of serving revisions stay at or above
+  `replicas - maxUnavailable` per pool; pods of an old revision that are not ready, or of one that does not serve,
+  go at once, since they carry no traffic;
+- an old revision whose pools are to reach zero loses its router first, and its pools only once its router pods
+  are gone, so nothing routes to a pool pod that is being removed (the pool pods' own preStop pause and drain cover
+  the requests in flight);
+- a current revision that goes `progressDeadlineSeconds` without another pod becoming ready holds: it grows no
+  further, the old revisions keep serving, and the plan says why (Progressing=False, RolloutHeld).
+A revision whose stored spec cannot be read (made by an older operator, or edited by hand) is left as it is, and
+removed whole once the current revision has every replica ready.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pydantic
+
+from disaggspec import constants as c
+from disaggspec.api import DisaggSpecService, PoolName, pool
+from disaggspec.api.v1alpha1 import RevisionPoolStatus, RevisionStatus, RevisionTraffic
+from disaggspec.render import Revision, lifecycle, names
+from disaggspec.render.pool import pod_gpus
+
+POOL_ROLES: tuple[PoolName, PoolName] = (c.ROLE_PREFILL, c.ROLE_DECODE)
+ROLES: tuple[str, str, str] = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
+
+
+LEGACY_PREFIX: Final = "legacy-"
+"""Key prefix of the revisions `observe` finds without a stored spec (made by an operator before revisions)."""
+
+
+@dataclass(frozen=True)
+class Count:
+    """One Deployment of a revision as live."""
+
+    replicas: int = 0
+    """spec.replicas: the pods the operator last asked for."""
+    pods: int = 0
+    """status.replicas: pods that exist and are not being deleted."""
+    ready: int = 0
+    """status.readyReplicas."""
+    terminating: int | None = None
+    """status.terminatingReplicas: pods being deleted (None where the API server does not report it, before
+    Kubernetes 1.35 or with the DeploymentReplicaSetTerminatingReplicas gate off)."""
+
+    @property
+    def staying(self) -> int:
+        """Ready pods that stay: at most spec.replicas. Right after a scale-down the Deployment's status still
+        counts the pods being removed; counting them would remove as many again."""
+        return min(self.replicas, self.ready)
+
+    @property
+    def held(self) -> int:
+        """Pods that occupy (or are about to occupy) a slot: the larger of asked and existing."""
+        return max(self.replicas, self.pods)
+
+
+@dataclass(frozen=True)
+class LiveRevision:
+    """The live children of one fingerprint."""
+
+    fingerprint: str
+    counts: Mapping[str, Count]
+    """Per role (prefill, decode, router); a missing Deployment counts zero."""
+    spec: str | None
+    """The stored spec (`names.REVISION_SPEC_ANNOTATION`), None when no Deployment carries one."""
+    created: str | None
+    """The earliest creationTimestamp of its Deployments."""
+    deployments: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The live Deployments by role."""
+
+    def count(self, role: str) -> Count:
+        return self.counts.get(role, Count())
+
+    @property
+    def serving(self) -> bool:
+        """Its router is ready, so the router Service sends it requests (a router is ready only with a pair)."""
+        return self.count(c.ROLE_ROUTER).ready > 0
+
+
+def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, LiveRevision]:
+    """The revisions among `live` children of service `service_name`, by fingerprint."""
+    grouped: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for obj in live:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        fingerprint = labels.get(c.LABEL_FINGERPRINT)
+        role = labels.get(c.LABEL_ROLE)
+        if obj.get("kind") != "Deployment" or labels.get(c.LABEL_SERVICE) != service_name or not fingerprint:
+            continue
+        if role not in ROLES:
+            continue
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        # Deployments of an operator before revisions carry no stored spec (and select every pod of their role):
+        # never the current revision's, even under the same fingerprint.
+        key = str(fingerprint) if names.REVISION_SPEC_ANNOTATION in annotations else LEGACY_PREFIX + str(fingerprint)
+        grouped.setdefault(key, {})[str(role)] = obj
+    revisions: dict[str, LiveRevision] = {}
+    for fingerprint, deployments in grouped.items():
+        counts = {role: _count(obj) for role, obj in deployments.items()}
+        stored = [
+            (obj.get("metadata", {}).get("annotations") or {}).get(names.REVISION_SPEC_ANNOTATION)
+            for obj in deployments.values()
+        ]
+        created = sorted(
+            str(obj["metadata"]["creationTimestamp"])
+            for obj in deployments.values()
+            if obj.get("metadata", {}).get("creationTimestamp")
+        )
+        revisions[fingerprint] = LiveRevision(
+            fingerprint,
+            counts,
+            next((s for s in stored if s), None),
+            created[0] if created else None,
+            deployments,
+        )
+    return revisions
+
+
+def _count(obj: Mapping[str, Any]) -> Count:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    terminating = status.get("terminatingReplicas")
+    return Count(
+        int(spec.get("replicas", 1)),
+        int(status.get("replicas", 0)),
+        int(status.get("readyReplicas", 0)),
+        None if terminating is None else int(terminating),
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass renders, and what the status reports."""
+
+    revisions: tuple[Revision, ...]
+    """Revisions to keep, the current one first; every other live revision is removed."""
+    status: tuple[RevisionStatus, ...]
+    held: str | None = None
+    """Why the rollout holds (Progressing=False, RolloutHeld), or None."""
+    draining: tuple[str, ...] = ()
+    """Revision names of the older revisions still present (the rollout is not finished while any is)."""
+    wake_after: float | None = None
+    """Seconds after which the pass must run again although nothing changes (the progress deadline)."""
+
+    @property
+    def current(self) -> Revision:
+        return self.revisions[0]
+
+    def kept(self, live: Mapping[str, LiveRevision]) -> list[dict[str, Any]]:
+        """Live Deployments of revisions kept as they are (no readable spec): never pruned, never rewritten."""
+        return [
+            obj
+            for revision in self.revisions
+            if revision.service is None and revision.fingerprint in live
+            for obj in live[revision.fingerprint].deployments.values()
+            if isinstance(obj, dict)
+        ]
+
+
+def parse_time(value: str) -> datetime.datetime:
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def format_time(value: datetime.datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def progress_deadline_seconds(service: DisaggSpecService) -> int:
+    """spec.rollout.progressDeadlineSeconds, else the larger pool's Deployment progress deadline."""
+    given = service.spec.rollout.progress_deadline_seconds
+    if given is not None:
+        return given
+    return max(
+        lifecycle.progress_deadline_seconds(pool(service.spec, role).lifecycle, pod_gpus(service, role))
+        for role in POOL_ROLES
+    )
+
+
+def stored_service(service: DisaggSpecService, stored: str | None) -> DisaggSpecService | None:
+    """The service as it was when a revision was rendered (its stored spec), or None when that cannot be read."""
+    if not stored:
+        return None
+    try:
+        spec = json.loads(stored)
+        return DisaggSpecService.model_validate(
+            {"metadata": service.metadata.model_dump(by_alias=True, exclude_none=True), "spec": spec}
+        )
+    except (ValueError, pydantic.ValidationError):
+        return None
+
+
+def desired_replicas(service: DisaggSpecService) -> dict[str, int]:
+    """The spec's replicas per role."""
+    spec = service.spec
+    return {
+        c.ROLE_PREFILL: spec.prefill.replicas,
+        c.ROLE_DECODE: spec.decode.replicas,
+        c.ROLE_ROUTER: spec.router.replicas,
+    }
+
+
+def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequence[LiveRevision]) -> dict[str, int]:
+    """The current revision's pool replicas this pass: towards the desired, within maxSurge and maxSkew."""
+    rollout = service.spec.rollout
+    desired = desired_replicas(service)
+    ready = {role: current.count(role).ready if current else 0 for role in POOL_ROLES}
+    asked = {role: current.count(role).replicas if current else 0 for role in POOL_ROLES}
+    progress: dict[str, float] = {role: (ready[role] / desired[role]) if desired[role] else 1.0 for role in POOL_ROLES}
+    grown: dict[str, int] = {}
+    for role in POOL_ROLES:
+        other = c.ROLE_DECODE if role == c.ROLE_PREFILL else c.ROLE_PREFILL
+        old_pods = sum(old.count(role).held for old in olds)
+        surge_cap = desired[role] + rollout.max_surge - old_pods
+        # A small epsilon keeps an exact product (0.5 x 4 = 2) from rounding up to 3.
+        skew_cap = max(1, math.ceil(desired[role] * (progress[other] + rollout.max_skew) - 1e-9))
+        target = min(desired[role], surge_cap, skew_cap)
+        grown[role] = max(0, min(desired[role], max(target, asked[role])))
+    return grown
+
+
+def _shrink(
+    service: DisaggSpecService, current: LiveRevision | None, olds: Sequence[LiveRevision]
+) -> dict[str, dict[str, int]]:
+    """Each old revision's pool replicas this pass: down as far as the serving capacity allows."""
+    rollout = service.spec.rollout
+    desired = desired_replicas(service)
+    serving_new = current is not None and current.serving
+    targets: dict[str, dict[str, int]] = {}
+    for role in POOL_ROLES:
+        ready_new = current.count(role).staying if current is not None and serving_new else 0
+        ready_old = sum(old.count(role).staying for old in olds if old.serving)
+        budget = max(0, ready_new + ready_old - (desired[role] - rollout.max_unavailable))
+        # Oldest first: the revision furthest from the current spec goes first.
+        for old in olds:
+            count = old.count(role)
+            if not old.serving:
+                keep = 0  # carries no traffic
+            else:
+                keep = count.staying  # its unready pods serve nothing: they go at once
+                removed = min(keep, budget)
+                keep -= removed
+                budget -= removed
+            targets.setdefault(old.fingerprint, {})[role] = keep
+    for old in olds:
+        kept = targets[old.fingerprint]
+        if old.serving and any(kept[role] == 0 for role in POOL_ROLES) and any(kept[role] for role in POOL_ROLES):
+            # A serving revision keeps a whole pair until both pools go: its router stays in the Service until its
+            # readiness probe fails, and would meanwhile fail every request for want of the missing role.
+            for role in POOL_ROLES:
+                kept[role] = max(kept[role], min(1, old.count(role).staying))
+    return targets
+
+
+ROUTER_GONE_SECONDS: Final = float(lifecycle.ROUTER_PRESTOP_SECONDS + 5)
+"""Where the API server does not count terminating pods: how long after its router was scaled to zero a retiring
+revision's router counts as gone (its preStop pause, during which it leaves the Service, and a margin)."""
+
+
+def _router_gone(router: Count, retiring_since: str, now: str) -> bool:
+    """No router pod of the retiring revision exists any more, terminating ones included."""
+    if router.replicas > 0 or router.pods > 0:
+        return False
+    if router.terminating is not None:
+        return router.terminating == 0
+    return (parse_time(now) - parse_time(retiring_since)).total_seconds() >= ROUTER_GONE_SECONDS
+
+
+def _last_progress(
+    fingerprint: str, current: LiveRevision | None, previous: Mapping[str, Mapping[str, Any]], now: str
+) -> str:
+    """When the current revision last gained a ready pod (or was created)."""
+    before = previous.get(fingerprint)
+    if before is None or current is None:
+        return current.created if current is not None and current.created else now
+    for role in ROLES:
+        if current.count(role).ready > int((before.get(role) or {}).get("readyReplicas", 0)):
+            return now
+    return str(before.get("lastProgressTime") or now)
+
+
+def _revision_status(
+    revision: LiveRevision | None,
+    fingerprint: str,
+    replicas: Mapping[str, int],
+    traffic: RevisionTraffic,
+    created: str,
+    last_progress: str | None,
+) -> RevisionStatus:
+    def pool_of(role: str) -> RevisionPoolStatus:
+        ready = revision.count(role).ready if revision is not None else 0
+        return RevisionPoolStatus(replicas=replicas.get(role, 0), ready_replicas=ready)
+
+    legacy = fingerprint.startswith(LEGACY_PREFIX)
+    return RevisionStatus(
+        fingerprint=fingerprint.removeprefix(LEGACY_PREFIX),
+        name="legacy" if legacy else names.revision_name(fingerprint),
+        created=created,
+        traffic=traffic,
+        serving=revision is not None and revision.serving,
+        prefill=pool_of(c.ROLE_PREFILL),
+        decode=pool_of(c.ROLE_DECODE),
+        router=pool_of(c.ROLE_ROUTER),
+        last_progress_time=last_progress,
+    )
+
+
+def plan(
+    service: DisaggSpecService,
+    fingerprint: str,
+    live: Mapping[str, LiveRevision],
+    previous: Sequence[Mapping[str, Any]],
+    now: str,
+) -> Plan:
+    """The revisions of this pass and their replicas (see the module docstring); `previous` is status.revisions as
+    last written (JSON), `now` RFC 3339."""
+    desired = desired_replicas(service)
+    current = live.get(fingerprint)
+    olds = sorted(
+        (rev for fp, rev in live.items() if fp != fingerprint), key=lambda rev: (rev.created or "", rev.fingerprint)
+    )
+    before = {str(entry.get("fingerprint")): entry for entry in previous}
+    created = (current.created if current is not None else None) or str(
+        (before.get(fingerprint) or {}).get("created") or now
+    )
+    if not olds:
+        status = _revision_status(current, fingerprint, desired, "Active", created, None)
+        return Plan((Revision(fingerprint, service, desired),), (status,))
+
+    last_progress = _last_progress(fingerprint, current, before, now)
+    deadline = progress_deadline_seconds(service)
+    waited = (parse_time(now) - parse_time(last_progress)).total_seconds()
+    held = None
+    wake_after: float | None = max(1.0, deadline - waited + 1)
+    # A revision that cannot be scaled (no readable spec) leaves only at the end: it does not count against surge,
+    # else the new revision could never grow to replace it.
+    grown = _grow(service, current, [old for old in olds if stored_service(service, old.spec) is not None])
+    if waited >= deadline:
+        wake_after = None
+        asked = {role: current.count(role).replicas if current else 0 for role in POOL_ROLES}
+        grown = {role: min(grown[role], max(asked[role], 1)) for role in POOL_ROLES}
+        ready = ", ".join(f"{role} {current.count(role).ready if current else 0}/{desired[role]}" for role in ROLES)
+        held = (
+            f"revision {names.revision_name(fingerprint)} has had no pod become ready for {int(waited)}s "
+            f"(spec.rollout.progressDeadlineSeconds {deadline}): ready {ready}; "
+            f"{', '.join(names.revision_name(old.fingerprint) for old in olds)} keeps serving. Check its pods (a "
+            "model that does not load, or no free GPUs for a surge pod: free some, or allow "
+            "spec.rollout.maxUnavailable 1), fix the spec, or apply the previous spec to roll back"
+        )
+    current_replicas = {**grown, c.ROLE_ROUTER: desired[c.ROLE_ROUTER]}
+    shrunk = _shrink(service, current, olds)
+
+    complete = current is not None and all(current.count(role).ready >= desired[role] for role in ROLES)
+    plans = [Revision(fingerprint, service, current_replicas)]
+    statuses = [
+        _revision_status(
+            current, fingerprint, current_replicas, "Failed" if held else "Rolling", created, last_progress
+        )
+    ]
+    draining: list[str] = []
+    for old in olds:
+        old_service = stored_service(service, old.spec)
+        if old_service is None:
+            if complete:
+                continue  # an unreadable revision goes whole once the current one has full capacity
+            kept = {role: old.count(role).replicas for role in ROLES}
+            plans.append(Revision(old.fingerprint, None, kept))
+            statuses.append(_revision_status(old, old.fingerprint, kept, "Draining", old.created or now, None))
+            draining.append(names.revision_name(old.fingerprint))
+            continue
+        pools = shrunk[old.fingerprint]
+        retiring: str | None = None
+        if all(pools[role] == 0 for role in POOL_ROLES):
+            # The router goes first, the pools once its pods are gone: a router still proxying (or still in the
+            # Service's endpoints during its preStop pause) must find its pools there.
+            retiring = str((before.get(old.fingerprint) or {}).get("retiringSince") or now)
+            if _router_gone(old.count(c.ROLE_ROUTER), retiring, now):
+                continue
+            replicas: dict[str, int] = {role: old.count(role).replicas for role in POOL_ROLES}
+            replicas[c.ROLE_ROUTER] = 0
+            wake_after = min(wake_after or ROUTER_GONE_SECONDS, ROUTER_GONE_SECONDS)
+        else:
+            replicas = {**pools, c.ROLE_ROUTER: desired_replicas(old_service)[c.ROLE_ROUTER]}
+        plans.append(Revision(old.fingerprint, old_service, replicas))
+        status = _revision_status(old, old.fingerprint, replicas, "Draining", old.created or now, None)
+        statuses.append(status.model_copy(update={"retiring_since": retiring}))
+        draining.append(names.revision_name(old.fingerprint))
+    return Plan(tuple(plans), tuple(statuses), held, tuple(draining), wake_after if draining else None)

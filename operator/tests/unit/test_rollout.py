@@ -1,0 +1,309 @@
+"""The rollout planner (issue 18): how many pods each revision gets pass by pass, when the old router goes, when the
+rollout holds, and that an older revision renders again from its stored spec exactly as it was applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from disaggspec import rollout
+from disaggspec.api import DisaggSpecService, parse_service
+from disaggspec.config import OperatorConfig
+from disaggspec.render import Revision, fingerprint, names, render
+from disaggspec.rollout import Count, LiveRevision
+from tests.unit.dss_cases import EXAMPLES, edited
+
+NOW = "2026-12-04T12:00:00Z"
+OLD = "aaaaaaaaaaaaaaaa"
+
+
+def _service(prefill: int = 2, decode: int = 2, **rollout_spec: Any) -> DisaggSpecService:
+    obj = edited(
+        {
+            "spec.prefill.replicas": prefill,
+            "spec.decode.replicas": decode,
+            "spec.rollout": rollout_spec,
+            "metadata.namespace": "ns",
+        }
+    )
+    return parse_service(obj)
+
+
+def _rev(
+    fp: str,
+    prefill: tuple[int, int],
+    decode: tuple[int, int],
+    router: tuple[int, int] = (1, 1),
+    spec: DisaggSpecService | None = None,
+    created: str = "2026-12-04T11:59:00Z",
+) -> LiveRevision:
+    """A live revision: (asked, ready) per role; every asked pod exists."""
+    counts = {
+        role: Count(replicas=asked, pods=asked, ready=ready, terminating=0)
+        for role, (asked, ready) in (("prefill", prefill), ("decode", decode), ("router", router))
+    }
+    stored = names.revision_spec(spec) if spec is not None else None
+    return LiveRevision(fp, counts, stored, created)
+
+
+def _plan(
+    service: DisaggSpecService, *revisions: LiveRevision, previous: list[dict[str, Any]] | None = None
+) -> rollout.Plan:
+    live = {rev.fingerprint: rev for rev in revisions}
+    return rollout.plan(service, fingerprint(service), live, previous or [], NOW)
+
+
+def _replicas(plan: rollout.Plan) -> dict[str, dict[str, int]]:
+    return {rev.fingerprint: dict(rev.replicas) for rev in plan.revisions}
+
+
+def test_a_single_revision_gets_the_spec_replicas_and_is_active() -> None:
+    service = _service(3, 2)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (3, 1), (2, 2)))
+    assert _replicas(plan) == {fp: {"prefill": 3, "decode": 2, "router": 1}}
+    assert [s.traffic for s in plan.status] == ["Active"]
+    assert plan.held is None and plan.wake_after is None and not plan.draining
+
+
+def test_a_new_revision_starts_one_pair_next_to_the_serving_one() -> None:
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(OLD, (2, 2), (2, 2), spec=service))
+    assert _replicas(plan) == {
+        fp: {"prefill": 1, "decode": 1, "router": 1},
+        OLD: {"prefill": 2, "decode": 2, "router": 1},
+    }
+    assert [s.traffic for s in plan.status] == ["Rolling", "Draining"]
+    assert plan.draining == (OLD[:8],)
+    assert plan.wake_after is not None and plan.wake_after > 0
+
+
+def test_the_old_revision_shrinks_only_as_the_new_one_serves() -> None:
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    # New pods ready but its router not yet: no traffic reaches them, so nothing old may go.
+    not_serving = _plan(service, _rev(fp, (1, 1), (1, 1), router=(1, 0)), _rev(OLD, (2, 2), (2, 2), spec=service))
+    assert _replicas(not_serving)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    serving = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (2, 2), (2, 2), spec=service))
+    assert _replicas(serving)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
+    # Total pods per pool never exceed replicas + maxSurge: the new one grows once the old one has shrunk.
+    assert _replicas(serving)[fp] == {"prefill": 1, "decode": 1, "router": 1}
+    grown = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (1, 1), (1, 1), spec=service))
+    assert _replicas(grown)[fp] == {"prefill": 2, "decode": 2, "router": 1}
+
+
+def test_ready_capacity_never_drops_below_replicas_minus_max_unavailable() -> None:
+    service = _service(4, 4, maxSurge=2)
+    fp = fingerprint(service)
+    for new_ready in range(0, 5):
+        plan = _plan(service, _rev(fp, (4, new_ready), (4, new_ready)), _rev(OLD, (4, 4), (4, 4), spec=service))
+        old = _replicas(plan)[OLD]
+        for role in ("prefill", "decode"):
+            assert new_ready + old[role] >= 4, (new_ready, old)
+
+
+def test_a_scale_down_the_status_has_not_caught_up_with_is_not_repeated() -> None:
+    """The old Deployment was just scaled 2 -> 1 and its status still says 2 ready: the next pass must not take the
+    pod being removed for capacity and remove another."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    stale = _rev(OLD, (2, 2), (2, 2), spec=service)
+    stale = LiveRevision(
+        OLD,
+        {role: Count(1, 2, 2) if role != "router" else Count(1, 1, 1) for role in stale.counts},
+        stale.spec,
+        stale.created,
+    )
+    plan = _plan(service, _rev(fp, (1, 1), (1, 1)), stale)
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
+
+
+def test_a_serving_old_revision_keeps_a_pair_until_both_pools_go() -> None:
+    """The new revision has both its prefills ready but one decode: the old one may lose a decode and both
+    prefills by capacity, but it would be left serving with no prefill, so it keeps one."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (2, 2), (2, 1)), _rev(OLD, (2, 2), (2, 2), spec=service))
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
+
+
+def test_lockstep_keeps_one_pool_from_running_ahead() -> None:
+    service = _service(4, 4, maxSurge=4, maxSkew=0.25)
+    fp = fingerprint(service)
+    # Prefill has 3 ready, decode none: decode may grow (1 + its skew), prefill stays where it is.
+    plan = _plan(service, _rev(fp, (3, 3), (1, 0)), _rev(OLD, (4, 4), (4, 4), spec=service))
+    assert _replicas(plan)[fp]["prefill"] == 3
+    assert _replicas(plan)[fp]["decode"] == 4  # ceil(4 x (3/4 + 1/4)), within the surge of 4
+    start = _plan(service, _rev(OLD, (4, 4), (4, 4), spec=service))
+    assert _replicas(start)[fp] == {"prefill": 1, "decode": 1, "router": 1}
+
+
+def test_without_surge_an_old_pod_goes_first_when_unavailability_is_allowed() -> None:
+    service = _service(1, 1, maxSurge=0, maxUnavailable=1)
+    fp = fingerprint(service)
+    first = _plan(service, _rev(OLD, (1, 1), (1, 1), spec=service))
+    assert _replicas(first)[fp] == {"prefill": 0, "decode": 0, "router": 1}
+    # Both old pools reach zero: the old router goes first, its pools stay until it has gone.
+    assert _replicas(first)[OLD] == {"prefill": 1, "decode": 1, "router": 0}
+    gone = _plan(
+        service, _rev(fp, (0, 0), (0, 0), router=(1, 0)), _rev(OLD, (1, 1), (1, 1), router=(0, 0), spec=service)
+    )
+    assert OLD not in _replicas(gone)
+    # Its pods still hold their GPUs while they terminate; once it is gone, the new revision takes the slots.
+    assert _replicas(gone)[fp] == {"prefill": 0, "decode": 0, "router": 1}
+    alone = _plan(service, _rev(fp, (0, 0), (0, 0), router=(1, 0)))
+    assert _replicas(alone)[fp] == {"prefill": 1, "decode": 1, "router": 1}
+
+
+def test_the_last_old_pair_loses_its_router_before_its_pools() -> None:
+    service = _service(1, 1)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (1, 1), (1, 1), spec=service))
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 0}
+    assert plan.draining == (OLD[:8],)
+    # While its router pod is still terminating (asked 0, one pod left) the pools stay too.
+    terminating = _rev(OLD, (1, 1), (1, 1), spec=service)
+    for router in (Count(replicas=0, pods=1, ready=1), Count(replicas=0, pods=0, ready=0, terminating=1)):
+        terminating = LiveRevision(OLD, {**terminating.counts, "router": router}, terminating.spec, None)
+        assert OLD in _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), terminating)), router
+    done = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (1, 1), (1, 1), router=(0, 0), spec=service))
+    assert list(_replicas(done)) == [fp]
+    assert done.wake_after is None and not done.draining
+
+
+def test_without_a_terminating_count_the_router_is_given_its_pause() -> None:
+    """An API server that does not count terminating pods: the pools go ROUTER_GONE_SECONDS after the router was
+    scaled to zero (recorded in status), not at once."""
+    service = _service(1, 1)
+    fp = fingerprint(service)
+    old = _rev(OLD, (1, 1), (1, 1), spec=service)
+    old = LiveRevision(OLD, {**old.counts, "router": Count(replicas=0, pods=0, ready=0)}, old.spec, old.created)
+    first = _plan(service, _rev(fp, (1, 1), (1, 1)), old)
+    assert OLD in _replicas(first) and first.status[1].retiring_since == NOW
+    assert first.wake_after == rollout.ROUTER_GONE_SECONDS
+    entry = {"fingerprint": OLD, "retiringSince": "2026-12-04T11:59:50Z"}
+    assert OLD in _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), old, previous=[entry]))
+    entry["retiringSince"] = "2026-12-04T11:59:40Z"
+    assert OLD not in _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), old, previous=[entry]))
+
+
+def test_an_old_revision_that_serves_nothing_goes_as_soon_as_its_router_has() -> None:
+    """An abandoned revision (a rollout replaced before it served) keeps nothing: its router goes, then the rest; the
+    revision that serves keeps all its pods meanwhile."""
+    service = _service(2, 2)
+    failed = "bbbbbbbbbbbbbbbb"
+    serving = _rev(OLD, (2, 2), (2, 2), spec=service)
+    plan = _plan(
+        service, _rev(failed, (1, 0), (1, 0), router=(1, 0), spec=service, created="2026-12-04T11:59:30Z"), serving
+    )
+    assert _replicas(plan)[failed] == {"prefill": 1, "decode": 1, "router": 0}
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    gone = _plan(
+        service, _rev(failed, (1, 0), (1, 0), router=(0, 0), spec=service, created="2026-12-04T11:59:30Z"), serving
+    )
+    assert failed not in _replicas(gone)
+
+
+def test_the_rollout_holds_after_the_deadline_without_progress() -> None:
+    service = _service(2, 2, progressDeadlineSeconds=60)
+    fp = fingerprint(service)
+    previous = [
+        {
+            "fingerprint": fp,
+            "prefill": {"readyReplicas": 0},
+            "decode": {"readyReplicas": 0},
+            "router": {"readyReplicas": 0},
+            "lastProgressTime": "2026-12-04T11:58:00Z",
+        }
+    ]
+    revisions = (_rev(fp, (1, 0), (1, 0), router=(1, 0)), _rev(OLD, (2, 2), (2, 2), spec=service))
+    plan = _plan(service, *revisions, previous=previous)
+    assert plan.held is not None
+    assert "progressDeadlineSeconds 60" in plan.held and "maxUnavailable" in plan.held and OLD[:8] in plan.held
+    assert [s.traffic for s in plan.status] == ["Failed", "Draining"]
+    assert _replicas(plan)[fp] == {"prefill": 1, "decode": 1, "router": 1}
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    # Before the deadline: no hold, and a wake-up for when it passes.
+    early = [{**previous[0], "lastProgressTime": "2026-12-04T11:59:30Z"}]
+    waiting = _plan(service, *revisions, previous=early)
+    assert waiting.held is None and waiting.wake_after == pytest.approx(31, abs=1)
+
+
+def test_a_pod_becoming_ready_is_progress() -> None:
+    service = _service(2, 2, progressDeadlineSeconds=60)
+    fp = fingerprint(service)
+    previous = [
+        {
+            "fingerprint": fp,
+            "prefill": {"readyReplicas": 0},
+            "decode": {"readyReplicas": 0},
+            "router": {"readyReplicas": 0},
+            "lastProgressTime": "2026-12-04T11:00:00Z",
+        }
+    ]
+    plan = _plan(
+        service, _rev(fp, (1, 1), (1, 0), router=(1, 0)), _rev(OLD, (2, 2), (2, 2), spec=service), previous=previous
+    )
+    assert plan.held is None
+    assert plan.status[0].last_progress_time == NOW
+
+
+def test_rolling_back_reuses_the_old_revision() -> None:
+    """The spec is set back while the new revision is still starting: the old revision is current again, keeps its
+    pods, and the abandoned one (serving nothing) goes."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    abandoned = "cccccccccccccccc"
+    plan = _plan(service, _rev(fp, (2, 2), (2, 2), spec=service), _rev(abandoned, (1, 0), (1, 0), router=(1, 0)))
+    assert list(_replicas(plan)) == [fp]
+    assert _replicas(plan)[fp] == {"prefill": 2, "decode": 2, "router": 1}
+
+
+def test_a_revision_without_a_readable_spec_is_kept_until_the_new_one_is_complete() -> None:
+    service = _service(1, 1, maxSurge=1)
+    fp = fingerprint(service)
+    legacy = _rev(OLD, (1, 1), (1, 1))  # made by an operator that stored no spec
+    plan = _plan(service, _rev(fp, (1, 0), (1, 0), router=(1, 0)), legacy)
+    kept = next(rev for rev in plan.revisions if rev.fingerprint == OLD)
+    assert kept.service is None
+    complete = _plan(service, _rev(fp, (1, 1), (1, 1)), legacy)
+    assert list(_replicas(complete)) == [fp]
+    # It never shrinks, so it does not count against maxSurge: the new revision grows to full size beside it.
+    bigger = _service(3, 3, maxSurge=1)
+    grown = _plan(bigger, _rev(fingerprint(bigger), (1, 1), (1, 1)), _rev(OLD, (3, 3), (3, 3)))
+    assert _replicas(grown)[fingerprint(bigger)]["prefill"] >= 2
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_an_old_revision_renders_from_its_stored_spec_exactly_as_applied(path: Any) -> None:
+    """Rendering an older revision again must not change its pods: from the stored spec, the same Deployments."""
+    obj = yaml.safe_load(path.read_text())
+    obj["metadata"]["namespace"] = "ns"
+    service = parse_service(obj)
+    fp = fingerprint(service)
+    applied = [m for m in render(service, OperatorConfig()) if m["kind"] == "Deployment"]
+    stored = rollout.stored_service(service, applied[0]["metadata"]["annotations"][names.REVISION_SPEC_ANNOTATION])
+    assert stored is not None
+    again = render(stored, OperatorConfig(), [Revision(fp, stored, {})])
+    assert [m for m in again if m["kind"] == "Deployment"] == applied
+
+
+def test_observe_groups_deployments_by_fingerprint() -> None:
+    service = _service(1, 1)
+    fp = fingerprint(service)
+    manifests = render(service, OperatorConfig())
+    for manifest in manifests:
+        manifest["metadata"]["creationTimestamp"] = "2026-12-04T10:00:00Z"
+        if manifest["kind"] == "Deployment":
+            manifest["status"] = {"replicas": 1, "readyReplicas": 1}
+    other = [
+        dict(m, metadata={**m["metadata"], "labels": {**m["metadata"]["labels"], "disaggspec.io/service": "x"}})
+        for m in manifests
+    ]
+    live = rollout.observe("base", manifests + other)
+    assert list(live) == [fp]
+    assert live[fp].serving and live[fp].count("prefill") == Count(1, 1, 1)
+    assert rollout.stored_service(service, live[fp].spec) == service
