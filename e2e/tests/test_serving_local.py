@@ -270,11 +270,13 @@ def test_a_prefill_listening_on_another_bootstrap_port_fails_requests(
 def test_deleting_a_decode_pod_mid_stream_drains_it(plane: Plane, namespace: str) -> None:
     cluster = plane.cluster
     slow = {"emulator.disaggspec.io/tokens-per-second": "20"}
-    obj = deploy(cluster, namespace, _variant("llama", decode={"replicas": 2, "podAnnotations": slow}))
+    # The shortest drain: a 15 s preStop pause (the pod runner runs it) before SIGTERM, instead of 35 s.
+    decode = {"replicas": 2, "podAnnotations": slow, "lifecycle": {"drainSeconds": 30}}
+    obj = deploy(cluster, namespace, _variant("llama", decode=decode))
     name = obj["metadata"]["name"]
     url = router_url(cluster, namespace, obj)
     cluster.wait_for("two Ready decode pods", lambda: len(ready_pods(cluster, namespace, name, "decode")) == 2)
-    load_ = Load(url=url, model=served_model(obj), streams=6, requests=400, duration=16, max_tokens=30, stream=True)
+    load_ = Load(url=url, model=served_model(obj), streams=6, requests=400, duration=40, max_tokens=30, stream=True)
     result: dict[str, Report] = {}
     sender = threading.Thread(target=lambda: result.update(report=send(load_)))
     t0 = time.monotonic()
