@@ -74,7 +74,9 @@ def _value(parsed: argparse.Namespace, flag: str) -> Any:
 @pytest.mark.parametrize(("case", "service"), CASES, ids=[c for c, _ in CASES])
 def test_rendered_command_parses_and_matches_the_spec(case: str, service: Any, role: str) -> None:
     manifests = render(service, OperatorConfig())
-    deployment = next(m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith(role))
+    deployment = next(
+        m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["labels"]["disaggspec.io/role"] == role
+    )
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     argv = server_command(command)
     assert argv[:3] == LAUNCH
