@@ -127,7 +127,7 @@ def test_defaults_applied_and_columns_printed(crd: Cluster, namespace: str) -> N
     assert spec["engine"]["pageSize"] == 1 and spec["engine"]["kvCacheDtype"] == "auto"
     assert spec["prefill"]["replicas"] == 1
     header = crd.kubectl("get", "dss", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "ALGORITHM", "PREFILL", "DECODE", "AGE"]
+    assert header == ["NAME", "READY", "ALGORITHM", "PREFILL", "DECODE", "ROLLOUT", "AGE"]
     listed = crd.kubectl("get", "disaggspec", "-n", namespace, "-o", "name").stdout
     assert "defaults" in listed
 
