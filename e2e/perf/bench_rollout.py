@@ -38,6 +38,7 @@ from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.serving.continuous import continuous
 from e2e.serving.kubeapi import KubeApi
 from e2e.serving.routers import ensure_router_venv
+from e2e.serving.servicetraffic import pod_ready
 from e2e.serving.traffic import Load
 from e2e.support.kube import Cluster
 from e2e.support.operator_process import OperatorProcess
@@ -51,26 +52,20 @@ POOL_ROLES = ("prefill", "decode")
 SIGNATURE = "disaggspec.io/spec-fingerprint"
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready and not pod["metadata"].get("deletionTimestamp")
-
-
 def routable(pods: list[dict[str, Any]]) -> dict[str, int]:
     """Per pool, the ready pods a ready router can send requests to: those of a spec fingerprint some ready router
     pod selects (router pods carry the fingerprint they pair). Ready pods of another fingerprint idle."""
     routed = {
         p["metadata"]["labels"].get(SIGNATURE)
         for p in pods
-        if p["metadata"]["labels"].get("disaggspec.io/role") == "router" and _ready(p)
+        if p["metadata"]["labels"].get("disaggspec.io/role") == "router" and pod_ready(p)
     }
     return {
         role: sum(
             1
             for p in pods
             if p["metadata"]["labels"].get("disaggspec.io/role") == role
-            and _ready(p)
+            and pod_ready(p)
             and p["metadata"]["labels"].get(SIGNATURE) in routed
         )
         for role in POOL_ROLES

@@ -352,7 +352,8 @@ def plan(
     wake_after: float | None = max(1.0, deadline - waited + 1)
     # A revision that cannot be scaled (no readable spec) leaves only at the end: it does not count against surge,
     # else the new revision could never grow to replace it.
-    grown = _grow(service, current, [old for old in olds if stored_service(service, old.spec) is not None])
+    specs = {old.fingerprint: stored_service(service, old.spec) for old in olds}
+    grown = _grow(service, current, [old for old in olds if specs[old.fingerprint] is not None])
     if waited >= deadline:
         wake_after = None
         asked = {role: current.count(role).replicas if current else 0 for role in POOL_ROLES}
@@ -377,7 +378,7 @@ def plan(
     ]
     draining: list[str] = []
     for old in olds:
-        old_service = stored_service(service, old.spec)
+        old_service = specs[old.fingerprint]
         if old_service is None:
             if complete:
                 continue  # an unreadable revision goes whole once the current one has full capacity
