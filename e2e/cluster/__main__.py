@@ -1,7 +1,7 @@
 """Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}` (`up
 --serving` for serving mode, see `python -m e2e.serving`), and for fault injection `python -m e2e.cluster
-{stop,start,restart} <component>` (etcd, apiserver, controller-manager, scheduler, kwok): one process stopped or
-brought back with its flags, ports and data."""
+{stop,start,restart} <component>` (etcd, apiserver, controller-manager, scheduler, kwok, lws-controller): one process
+stopped or brought back with its flags, ports and data."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     parser.add_argument("--dir", type=Path, default=None, help="state directory (default: .state/cluster)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok, helm and promtool")
+    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok, helm, promtool, lws-controller")
     up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
     up.add_argument("--port-base", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", "16379")))

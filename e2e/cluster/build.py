@@ -1,6 +1,7 @@
 """Builds the local control plane's binaries from the Go module proxy into a cache keyed by version.
 
-Each component (Kubernetes, etcd, kwok, helm, and promtool for the chart's alert-rule tests) is built once into
+Each component (Kubernetes, etcd, kwok, helm, promtool for the chart's alert-rule tests, and the LeaderWorkerSet
+controller) is built once into
 ``${XDG_CACHE_HOME:-~/.cache}/disaggspec/<component>-<version>/``; a version bump in ``versions.py`` picks a new
 directory, so it rebuilds. A build happens in a scratch directory and is renamed into place only when it succeeded,
 so an interrupted build never leaves a half-filled cache entry behind.
@@ -61,7 +62,17 @@ ETCD = Component("etcd", versions.ETCD, ("etcd",))
 KWOK = Component("kwok", versions.KWOK, ("kwok",))
 HELM = Component("helm", versions.HELM, ("helm",))
 PROMTOOL = Component("promtool", versions.PROMETHEUS, ("promtool",))
-ALL = (ETCD, KWOK, HELM, KUBERNETES, PROMTOOL)
+LWS = Component("lws", versions.LWS, ("lws-controller",))
+ALL = (ETCD, KWOK, HELM, KUBERNETES, PROMTOOL, LWS)
+
+LWS_MANIFESTS = {
+    "crds": "config/crd/bases",
+    "webhook": "config/webhook",
+    "rbac": "config/rbac",
+}
+"""What the LWS cache entry keeps of its module, besides the binary: `<cache>/lws-<version>/<key>/` holds the `*.yaml`
+files of the module directory named by the value (the CRDs, the webhook configurations with their kustomize patches,
+the controller's ClusterRole); the local control plane renders and applies them (`lws.py`)."""
 
 
 # go.etcd.io/etcd/server/v3 is a library; etcdmain.Main is the real etcd entry point.
@@ -308,12 +319,55 @@ def build_promtool(go: str) -> None:
         _finish(component, out)
 
 
+def build_lws(go: str) -> None:
+    """Build the LWS controller's main package `sigs.k8s.io/lws/cmd` through a generated wrapper module, as for
+    Kubernetes: its go.mod has no replace directive, but `go install sigs.k8s.io/lws/cmd@<version>` first reads the
+    module's version list (for deprecation notices), which the module proxy refuses for sigs.k8s.io/lws. The binary
+    is named `lws-controller`; the manifests the control plane needs (`LWS_MANIFESTS`) are copied from the module
+    next to it."""
+    component = LWS
+    with tempfile.TemporaryDirectory(prefix="lws-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        module_dir = scratch / "module"
+        main = '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/lws/cmd"\n'
+        _write_module(module_dir, "disaggspec.io/localcluster/lws", {"sigs.k8s.io/lws": component.version}, {}, main)
+        _run_go(go, ["mod", "tidy"], module_dir, "lws: go mod tidy")
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        ldflags = f"-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion={component.version}"
+        _run_go(
+            go,
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                "-tags",
+                "tools",
+                "-ldflags",
+                ldflags,
+                "-o",
+                str(out / "bin" / "lws-controller"),
+                "sigs.k8s.io/lws/cmd",
+            ],
+            module_dir,
+            f"lws {component.version}",
+        )
+        source = Path(_mod_download(go, f"sigs.k8s.io/lws@{component.version}", module_dir)["Dir"])
+        for target, directory in LWS_MANIFESTS.items():
+            (out / target).mkdir()
+            for path in sorted((source / directory).glob("*.yaml")):
+                shutil.copyfile(path, out / target / path.name)
+                (out / target / path.name).chmod(0o644)
+        _finish(component, out)
+
+
 BUILDERS = {
     "etcd": build_etcd,
     "kwok": build_kwok,
     "helm": build_helm,
     "kubernetes": build_kubernetes,
     "promtool": build_promtool,
+    "lws": build_lws,
 }
 
 
@@ -328,6 +382,9 @@ def ensure_built(components: tuple[Component, ...] = ALL) -> None:
     go = check_go()
     cache_root().mkdir(parents=True, exist_ok=True)
     names = ", ".join(c.name for c in missing)
-    log(f"cold build of {names}: on 2 cores Kubernetes takes many minutes, promtool a few; progress every 15s")
+    log(
+        f"cold build of {names}: on 2 cores Kubernetes takes many minutes, promtool a few, lws about 1.5; "
+        "progress every 15s"
+    )
     for component in missing:
         BUILDERS[component.name](go)

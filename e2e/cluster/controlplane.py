@@ -1,4 +1,5 @@
-"""Starts and stops the local control plane: etcd, kube-apiserver, controller-manager, scheduler and kwok GPU nodes.
+"""Starts and stops the local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes and
+the LeaderWorkerSet controller (its CRDs, RBAC and webhooks rendered by `lws.py`).
 
 Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log and one PID file per process, and a
 `cluster.json` that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.cluster import build, pki
+from e2e.cluster import build, lws, pki
 from e2e.cluster.processes import LOOPBACK, alive, is_ours, log, port_free, stop_pid, tail
 
 CLIENT_QPS = 5000
@@ -60,12 +61,13 @@ SERVING_DIR = "serving"
 """The pod runner's files (pidfile, process table, logs) live in this subdirectory of the cluster's state directory."""
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
 """Every process of the local control plane, in start order (the keys of `State.pids`)."""
 COMPONENT_ALIASES = {
     "apiserver": "kube-apiserver",
     "controller-manager": "kube-controller-manager",
     "scheduler": "kube-scheduler",
+    "lws": "lws-controller",
 }
 
 
@@ -108,10 +110,14 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    lws_webhook: int
+    """The LeaderWorkerSet controller's webhook server (TLS, called by the API server)."""
+    lws_health: int
+    """Its health probes (`/healthz`, `/readyz`); its metrics endpoint is off."""
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
-        return cls(base, base + 1, base + 2, base + 3, base + 4, base + 5)
+        return cls(base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7)
 
 
 @dataclass
@@ -170,9 +176,11 @@ class State:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
+        # A state written before the LWS controller existed lacks its ports: the ones its base would give.
+        ports = {**asdict(Ports.from_base(data["ports"]["etcd_client"])), **data["ports"]}
         return cls(
             directory,
-            Ports(**data["ports"]),
+            Ports(**ports),
             NodeShape(**data["nodes"]),
             dict(data["pids"]),
             # A state written before these fields existed: its kwok runs on the old network, without serving mode.
@@ -260,9 +268,13 @@ class LocalCluster:
         except (urllib.error.URLError, OSError, ssl.SSLError):
             return False
 
+    @staticmethod
+    def _kubectl_argv(state: State) -> list[str]:
+        return [str(build.KUBERNETES.path("kubectl")), "--kubeconfig", str(state.kubeconfig)]
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         state = self.require_state()
-        command = [str(build.KUBERNETES.path("kubectl")), "--kubeconfig", str(state.kubeconfig), *args]
+        command = [*self._kubectl_argv(state), *args]
         result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=120)
         if check and result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
@@ -372,28 +384,99 @@ class LocalCluster:
             keys.client_key(pki.ADMIN),
             "admin",
         )
-        for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK):
+        for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK, pki.LWS_CONTROLLER):
             path = d / f"{client.filename}.kubeconfig"
             _write_kubeconfig(
                 path, state.server, keys.ca_cert, keys.client_cert(client), keys.client_key(client), client.user
             )
         (d / "kwok-stages.yaml").write_text("\n---\n".join(kwok_stage_documents(state.serving)))
+        cert_dir = d / lws.CERT_DIR
+        pki.issue_loopback_serving_cert(keys, "lws-webhook", cert_dir / "tls.crt", cert_dir / "tls.key")
+        config = lws.configuration(state.ports.lws_webhook, state.ports.lws_health, cert_dir, CLIENT_QPS, CLIENT_BURST)
+        (d / lws.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
 
         self._start_component(state, "etcd", timeout)
         self._start_component(state, "kube-apiserver", timeout)
-        # The controller-manager and the scheduler start together, then are waited for in turn.
-        for name in ("kube-controller-manager", "kube-scheduler"):
-            self._procs[name] = self._spawn(state, name, self._argv(state, name))
-        for name in ("kube-controller-manager", "kube-scheduler"):
-            self._wait(state, name, self._procs[name], self._probe(state, name), timeout)
-        self._start_component(state, "kwok", timeout)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fake_nodes(state.nodes)))
-        self._wait_nodes_ready(state, self._procs["kwok"], timeout)
+        # The LWS CRDs (2.8 MB) go in while the other components start, so they are Established by the time the LWS
+        # controller starts. Server-side: each is over a megabyte, past the limit of client-side apply's
+        # last-applied annotation.
+        crd_apply = subprocess.Popen(
+            [*self._kubectl_argv(state), "apply", "--server-side", "-f", str(lws.crd_directory()), "-o", "name"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # The controller-manager and the scheduler start together, then are waited for in turn.
+            for name in ("kube-controller-manager", "kube-scheduler"):
+                self._procs[name] = self._spawn(state, name, self._argv(state, name))
+            for name in ("kube-controller-manager", "kube-scheduler"):
+                self._wait(state, name, self._procs[name], self._probe(state, name), timeout)
+            self._start_component(state, "kwok", timeout)
+            self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fake_nodes(state.nodes)))
+            self._wait_nodes_ready(state, self._procs["kwok"], timeout)
+            self._install_lws(state, crd_apply, timeout)
+        finally:
+            if crd_apply.poll() is None:  # a start that failed before `_install_lws` collected it
+                crd_apply.kill()
+                crd_apply.communicate()
+        self._start_component(state, "lws-controller", timeout)
+
+    def _install_lws(self, state: State, crd_apply: subprocess.Popen[str], timeout: float) -> None:
+        """The objects the LWS controller needs before it starts: its namespace and RBAC, its webhook configurations,
+        and its CRDs (`crd_apply`, started earlier), Established: the controller cannot start watching a kind the API
+        server does not serve yet. They live in etcd, so a stop/start of the controller keeps them."""
+        ca = pki.Pki(state.directory / "pki").ca_cert.read_bytes()
+        documents = [*lws.rbac_documents(), *lws.webhook_configurations(state.ports.lws_webhook, ca)]
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(documents))
+        deadline = time.monotonic() + timeout
+        try:
+            applied, errors = crd_apply.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as error:
+            raise ClusterError(f"applying the LWS CRDs took over {timeout:.0f}s") from error
+        if crd_apply.returncode != 0:
+            raise ClusterError(f"applying the LWS CRDs failed ({crd_apply.returncode}): {errors.strip()}")
+        crds = [line.split("/", 1)[1] for line in applied.split()]
+        condition = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        for name in crds:
+            # Right after a create `.status.conditions` is null and `kubectl wait` errors out: poll instead.
+            while self.kubectl("get", "crd", name, "-o", condition, check=False).stdout.strip() != "True":
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"CRD {name} not Established after {timeout:.0f}s")
+                time.sleep(0.2)
 
     def _start_component(self, state: State, name: str, timeout: float) -> None:
         proc = self._spawn(state, name, self._argv(state, name))
         self._procs[name] = proc
         self._wait(state, name, proc, self._probe(state, name), timeout)
+        if name == "lws-controller":
+            self._wait_lws_webhook(state, proc, timeout)
+
+    def _wait_lws_webhook(self, state: State, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        """Wait until the LWS webhook server accepts TLS with the local CA's certificate and serves the pod mutating
+        webhook. The controller registers its webhooks after its health probes are up, and until then the path
+        answers 404, which the API server would turn into a refused LWS pod (failurePolicy Fail)."""
+        url = f"https://{LOOPBACK}:{state.ports.lws_webhook}{lws.POD_MUTATING_PATH}"
+        context = ssl.create_default_context(cafile=str(pki.Pki(state.directory / "pki").ca_cert))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log_path = state.directory / "logs" / "lws-controller.log"
+                raise ClusterError(f"lws-controller exited with code {proc.returncode} during start:\n{tail(log_path)}")
+            # An empty AdmissionReview: a registered webhook answers 200 (with an error in the review), an unknown
+            # path 404.
+            request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError, ssl.SSLError):
+                pass
+            time.sleep(0.2)
+        raise ClusterError(
+            f"lws-controller webhook not serving at {url} after {timeout:.0f}s:\n"
+            f"{tail(state.directory / 'logs' / 'lws-controller.log')}"
+        )
 
     def _probe(self, state: State, name: str) -> str:
         """The URL that answers 200 once component `name` is healthy."""
@@ -404,6 +487,7 @@ class LocalCluster:
             "kube-controller-manager": f"https://{LOOPBACK}:{p.controller_manager}/healthz",
             "kube-scheduler": f"https://{LOOPBACK}:{p.scheduler}/healthz",
             "kwok": f"http://{LOOPBACK}:{p.kwok}/healthz",
+            "lws-controller": f"http://{LOOPBACK}:{p.lws_health}/readyz",
         }[name]
 
     def _argv(self, state: State, name: str) -> list[str]:
@@ -480,6 +564,16 @@ class LocalCluster:
                 f"--node-ip={LOOPBACK}",
                 f"--server-address={LOOPBACK}:{p.kwok}",
             ]
+        if name == "lws-controller":
+            # Everything else (ports, certificates, leader election, metrics) is in the --config file (`lws.py`).
+            return [
+                str(build.LWS.path("lws-controller")),
+                f"--kubeconfig={d / f'{pki.LWS_CONTROLLER.filename}.kubeconfig'}",
+                f"--config={d / lws.CONFIG_FILE}",
+                "--zap-devel=false",
+                "--zap-encoder=console",
+                "--zap-log-level=info",
+            ]
         raise ClusterError(f"unknown component {name!r}: one of {', '.join(COMPONENTS)}")
 
     # ---- one component at a time (fault injection) -------------------------------------------------------------
@@ -499,6 +593,7 @@ class LocalCluster:
             "kube-controller-manager": [p.controller_manager],
             "kube-scheduler": [p.scheduler],
             "kwok": [p.kwok],
+            "lws-controller": [p.lws_webhook, p.lws_health],
         }[name]
 
     def stop_component(self, name: str, grace: float = 15.0) -> None:
@@ -585,6 +680,7 @@ class LocalCluster:
         healthy = all(running.values()) and self._readyz(state)
         yield f"apiserver {state.server}: {'ready' if healthy else 'NOT READY'}"
         yield f"kubeconfig {state.kubeconfig}"
+        yield f"lws webhook https://{LOOPBACK}:{state.ports.lws_webhook} (LeaderWorkerSet {build.LWS.version})"
         mode = "serving (readiness, restarts and deletion by the pod runner: python -m e2e.serving)"
         yield f"pod IPs {state.pod_cidr}, mode: {mode if state.serving else 'default (kwok marks pods Ready)'}"
         if healthy:

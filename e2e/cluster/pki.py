@@ -37,7 +37,15 @@ SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
 # kwok updates node and pod status for every fake node, as a kubelet would; system:masters keeps it simple and the
 # operator's own RBAC is tested with a separate, restricted identity.
 KWOK = ClientIdentity("kwok", "system:kwok-controller", ("system:masters",))
-CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+# The LeaderWorkerSet controller runs on the host, not in a pod, so it cannot have a service-account token: its client
+# certificate carries the user name (and groups) the service account `lws-system/lws-controller-manager` of an
+# in-cluster install would have, so the module's own ClusterRoleBinding to that service account applies (`lws.py`).
+LWS_CONTROLLER = ClientIdentity(
+    "lws-controller",
+    "system:serviceaccount:lws-system:lws-controller-manager",
+    ("system:serviceaccounts", "system:serviceaccounts:lws-system"),
+)
+CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, LWS_CONTROLLER)
 
 
 @dataclass(frozen=True)
@@ -168,3 +176,20 @@ def generate(directory: Path) -> Pki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def issue_loopback_serving_cert(keys: Pki, common_name: str, cert_path: Path, key_path: Path) -> None:
+    """Issue a serving certificate from the local CA of `keys` for a server on 127.0.0.1 (IP SAN 127.0.0.1, DNS SAN
+    localhost): a webhook server the API server calls by `url: https://127.0.0.1:<port>/...`, verified with the CA as
+    the webhook configuration's caBundle."""
+    ca_cert = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(keys.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{keys.ca_key} is not the EC key `generate` writes")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = _issue(_name(common_name), key, ca_cert, ca_key, ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key_path, key)
+    _write_cert(cert_path, cert)

@@ -9,6 +9,9 @@ HELM = "v4.3.2"
 # promtool, to check and unit-test the chart's alert rules (`promtool test rules`). Prometheus 3.x is published on the
 # module proxy as github.com/prometheus/prometheus v0.3XX.Y: v0.316.0 is Prometheus 3.16.0 (its VERSION file).
 PROMETHEUS = "v0.316.0"
+# The LeaderWorkerSet controller (sigs.k8s.io/lws), for the operator's multi-node pools: the newest version the module
+# proxy serves. Its version list endpoint does not answer and v0.9.1 / v0.10.x are refused, so it is pinned explicitly.
+LWS = "v0.9.0"
 # k8s.io/kubernetes v1.37 declares `go 1.26.0` in its go.mod.
 GO_MIN = "1.26"
 
