@@ -37,6 +37,24 @@ LABEL_ROLE: Final = "disaggspec.io/role"
 LABEL_FINGERPRINT: Final = "disaggspec.io/spec-fingerprint"
 """Hash of every setting that must match across the pair; the router pairs only pods that carry the same one."""
 
+# ---- LeaderWorkerSet (a pool with nodesPerInstance > 1; sigs.k8s.io/lws v0.9.0 api/leaderworkerset/v1) ----------
+LWS_API_VERSION: Final = "leaderworkerset.x-k8s.io/v1"
+"""apiVersion of a multi-node pool's workload."""
+LWS_KIND: Final = "LeaderWorkerSet"
+"""kind of a multi-node pool's workload (a Deployment for a single-node pool)."""
+LWS_LABEL_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
+"""Set by the LeaderWorkerSet controller on a group's pods: the LeaderWorkerSet's name (SetNameLabelKey)."""
+LWS_LABEL_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+"""Set by the LeaderWorkerSet pod webhook: which group (server) of the set a pod belongs to (GroupIndexLabelKey)."""
+LWS_LABEL_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+"""Set by the LeaderWorkerSet controller and pod webhook: 0 on a group's leader, 1..size-1 on its workers
+(WorkerIndexLabelKey); the router selects `=0` in a multi-node pool so it discovers leaders only."""
+LWS_ENV_LEADER_ADDRESS: Final = "LWS_LEADER_ADDRESS"
+"""Injected by the LeaderWorkerSet pod webhook into every container: the leader pod's DNS name
+(<lws>-<group>.<lws>.<namespace>), through the set's headless Service, which publishes not-ready addresses."""
+LWS_ENV_WORKER_INDEX: Final = "LWS_WORKER_INDEX"
+"""Injected by the LeaderWorkerSet pod webhook into every container: the pod's worker index (0 on the leader)."""
+
 # ---- annotations ---------------------------------------------------------------------------------------------------
 ANNOTATION_APPLIED_HASH: Final = "disaggspec.io/applied-hash"
 """Hash of the rendered manifest last applied: a changed render is re-applied even if only a field was dropped."""

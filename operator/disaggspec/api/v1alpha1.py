@@ -32,7 +32,12 @@ CATEGORIES: Final = ("all", "disaggspec")
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 """The extended resource a pool's GPUs are requested as."""
 MAX_GPUS_PER_POD: Final = 16
-"""Upper bound of GPUs in one pool pod (one node); bounds tensorParallelSize and the per-GPU ib device map."""
+"""Upper bound of GPUs in one pool pod (one node): bounds gpusPerNode and the per-GPU ib device map."""
+MAX_NODES_PER_INSTANCE: Final = 64
+"""Upper bound of nodes one multi-node SGLang server spans (spec.<pool>.nodesPerInstance)."""
+MAX_TENSOR_PARALLEL_SIZE: Final = MAX_NODES_PER_INSTANCE * MAX_GPUS_PER_POD
+"""Upper bound of tensorParallelSize: every nodesPerInstance x gpusPerNode the schema allows (64 x 16 = 1024), far
+beyond any real server (DeepSeek-R1 runs at 16 or 32); the rules bind it to the pool's GPUs."""
 DEFAULT_BOOTSTRAP_PORT: Final = 8998
 """SGLang's default `--disaggregation-bootstrap-port` (0.5.2 server_args.py:379, 0.5.23 fields/disagg.py:81-83)."""
 DEFAULT_ROUTER_PORT: Final = 30000
@@ -776,9 +781,19 @@ class DisruptionSpec(SpecModel):
 class PoolSpec(SpecModel):
     """One pool of SGLang servers (prefill or decode): size, parallelism, scheduling and its draft overrides."""
 
-    replicas: int = Field(default=1, ge=0, le=1024, description="Number of server pods in the pool.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="Number of servers in the pool: pods, or with nodesPerInstance > 1 groups of nodesPerInstance "
+        "pods.",
+    )
     tensor_parallel_size: int = Field(
-        default=1, ge=1, le=MAX_GPUS_PER_POD, description="GPUs one server shards the model over (--tp-size)."
+        default=1,
+        ge=1,
+        le=MAX_TENSOR_PARALLEL_SIZE,
+        description="GPUs one server shards the model over (--tp-size). With nodesPerInstance 1 at most gpusPerNode; "
+        "with nodesPerInstance > 1 exactly nodesPerInstance x gpusPerNode (the server's ranks over all its nodes).",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
@@ -824,9 +839,22 @@ class PoolSpec(SpecModel):
         default=DEFAULT_GPUS_PER_NODE,
         ge=1,
         le=MAX_GPUS_PER_POD,
-        description="GPUs on one node this pool runs on. A pool pod is one SGLang server on one node, so its GPUs "
-        "(tensorParallelSize, or resources.limits[nvidia.com/gpu]) may not exceed it; multi-node pools are not "
-        "supported yet (see the LeaderWorkerSet issue).",
+        description="GPUs on one node this pool runs on. With nodesPerInstance 1 a pool pod is one SGLang server on "
+        "one node, so its GPUs (tensorParallelSize, or resources.limits[nvidia.com/gpu]) may not exceed it. With "
+        "nodesPerInstance > 1 every pod of a server's group takes exactly gpusPerNode GPUs.",
+    )
+    nodes_per_instance: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NODES_PER_INSTANCE,
+        description="Nodes one SGLang server spans. 1: each replica is one pod of a Deployment. More: each replica "
+        "is a group of that many pods, one per node (a leader, which serves HTTP and the bootstrap port, and "
+        "workers), rendered as a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), which needs the LeaderWorkerSet "
+        "controller v0.9.0 or later installed in the cluster; tensorParallelSize must then be nodesPerInstance x "
+        "gpusPerNode, --nnodes, --node-rank and --dist-init-addr are set by the operator, and the router pairs "
+        "leaders only. The group restarts as a whole when any of its pods or containers restarts (LeaderWorkerSet "
+        "restartPolicy RecreateGroupOnPodRestart): the ranks of one server cannot rejoin one by one. replicas counts "
+        "servers (groups), not pods.",
     )
     lifecycle: PoolLifecycle = Field(
         default_factory=PoolLifecycle, description="Start-up and drain budgets of this pool's server pods."

@@ -3,8 +3,9 @@
 `render(service, config)` returns, in apply order: the router's ServiceAccount, Role and RoleBinding, the model
 cache's fill Job (with a claim-backed `spec.model.cache`), the prefill,
 decode and router Services, the prefill, decode and router PodDisruptionBudgets, then the prefill, decode and router
-Deployments of each revision (`rollout`: one per spec fingerprint while a rollout runs). Callers validate first:
-render assumes a spec that passed the rule table.
+workloads of each revision (`rollout`: one per spec fingerprint while a rollout runs): Deployments, and for a pool
+with nodesPerInstance > 1 a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) in its Deployment's place. Callers
+validate first: render assumes a spec that passed the rule table.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _revision_deployments(
     service: DisaggSpecService, config: OperatorConfig, fp: str, replicas: Mapping[str, int]
 ) -> list[dict[str, Any]]:
     return [
-        pool.deployment(service, c.ROLE_PREFILL, fp, replicas.get(c.ROLE_PREFILL)),
-        pool.deployment(service, c.ROLE_DECODE, fp, replicas.get(c.ROLE_DECODE)),
+        pool.workload(service, c.ROLE_PREFILL, fp, replicas.get(c.ROLE_PREFILL)),
+        pool.workload(service, c.ROLE_DECODE, fp, replicas.get(c.ROLE_DECODE)),
         router.deployment(service, config, fp, replicas.get(c.ROLE_ROUTER)),
     ]

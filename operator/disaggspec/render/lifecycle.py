@@ -6,6 +6,9 @@ Probes follow the release (`SGLangProfile.ready_path`): where SGLang has a cheap
 within `SGLANG_HEALTH_CHECK_TIMEOUT` (20 s): a probe of it waits longer than that, so SGLang decides, not the
 kubelet's timeout. The startup probe allows `startup_seconds` before the kubelet restarts a server.
 
+A multi-node server's workers (LeaderWorkerSet groups) serve no API: they get a startup probe on the dummy /health
+their release starts once the ranks are up, and the same liveness probe (`worker_probes`); readiness is the leader's.
+
 Shutdown: a preStop pause (`prestop_seconds`) while the pod, already marked for deletion, leaves the Service's
 endpoints and the router's pod watch; then SIGTERM, on which SGLang drains (it fails /health and /ready, keeps serving
 what still arrives, and exits once no request is left); SIGKILL at terminationGracePeriodSeconds = drainSeconds.
@@ -83,6 +86,17 @@ def pool_probes(profile: SGLangProfile, lifecycle: PoolLifecycle, gpus: int) -> 
         "startupProbe": _http(ready_path, PROBE_PERIOD, startup_failures, ready_timeout),
         "readinessProbe": _http(ready_path, PROBE_PERIOD, READINESS_FAILURES, ready_timeout),
         "livenessProbe": _http(HEALTH_PATH, LIVENESS_PERIOD, LIVENESS_FAILURES, health_timeout),
+    }
+
+
+def worker_probes(profile: SGLangProfile, lifecycle: PoolLifecycle, gpus: int) -> dict[str, dict[str, Any]]:
+    """startupProbe and livenessProbe of a multi-node server's worker pod (see `disaggspec.render.pool.pod_template`):
+    its dummy health server answers /health once its schedulers are up, at once and without generating, so the
+    start-up budget is the leader's and the liveness probe the same as on every pool pod."""
+    startup_failures = math.ceil(startup_seconds(lifecycle, gpus) / PROBE_PERIOD)
+    return {
+        "startupProbe": _http(HEALTH_PATH, PROBE_PERIOD, startup_failures, CHEAP_PROBE_TIMEOUT),
+        "livenessProbe": pool_probes(profile, lifecycle, gpus)["livenessProbe"],
     }
 
 

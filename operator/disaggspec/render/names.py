@@ -1,8 +1,9 @@
 """Names, labels and the spec fingerprint of every child object; pure.
 
 The fingerprint hashes every setting that must be identical on prefill and decode (model, SGLang release and image,
-engine, transfer, the effective speculative settings). It labels the pool pods and is part of the router's
-selectors, so the router never pairs a prefill pod with a decode pod rendered from a different spec, even mid-rollout.
+engine, transfer, the effective speculative settings), and the pools' node layout once a pool spans several nodes.
+It labels the pool pods and is part of the router's selectors, so the router never pairs a prefill pod with a decode
+pod rendered from a different spec, even mid-rollout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from typing import Any, Final
 
 from disaggspec import constants as c
-from disaggspec.api import DisaggSpecService, effective_speculative
+from disaggspec.api import DisaggSpecService, effective_speculative, pool
 
 
 def child_name(service: DisaggSpecService, component: str) -> str:
@@ -30,7 +31,16 @@ UNHASHED_ENGINE_FIELDS: Final = frozenset({"compile_cache"})
 
 
 def fingerprint(service: DisaggSpecService) -> str:
-    """16 hex characters of SHA-256 over the must-match settings; changes exactly when one of them changes."""
+    """16 hex characters of SHA-256 over the must-match settings; changes exactly when one of them changes.
+
+    It also keys the revisions (`disaggspec.rollout`): each fingerprint's workloads are named after it and live side
+    by side during a rollout. A pool's workload kind follows its nodesPerInstance (a Deployment for 1, a
+    LeaderWorkerSet above), and a workload cannot change kind in place, nor a LeaderWorkerSet its group size without
+    recreating every group; so once either pool spans several nodes the node layout is hashed too (`layout`: both
+    pools' nodesPerInstance), and switching a pool between Deployment and LeaderWorkerSet, or changing its
+    nodesPerInstance, rolls out as a new revision next to the old one. The fingerprint stays service-wide, so prefill
+    and decode of one revision still pair. With both pools on one node nothing is added: a single-node service keeps
+    its fingerprint byte for byte, and nothing else about the nodes (gpusPerNode, replicas) is hashed."""
     spec = service.spec
     unset_later = {name for name in LATER_ENGINE_FIELDS if name not in spec.engine.model_dump(exclude_defaults=True)}
     must_match: dict[str, Any] = {
@@ -46,15 +56,20 @@ def fingerprint(service: DisaggSpecService) -> str:
         must_match["tokenMap"] = spec.speculative.token_map
     if spec.speculative.transfer_draft_probs:  # likewise: the aux layout gains the q rows only when on
         must_match["transferDraftProbs"] = True
+    layout = {role: pool(spec, role).nodes_per_instance for role in (c.ROLE_PREFILL, c.ROLE_DECODE)}
+    if any(nodes > 1 for nodes in layout.values()):  # added with multi-node pools: hashed only when one is
+        must_match["layout"] = layout
     canonical = json.dumps(must_match, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 REVISION_NAME_LENGTH: Final = 8
-"""Hex characters of the fingerprint in a revision's Deployment names: <service>-<pool>-<8 hex>."""
+"""Hex characters of the fingerprint in a revision's workload names: <service>-<pool>-<8 hex> (validation/pools.py
+derives the multi-node name limit from it)."""
 REVISION_SPEC_ANNOTATION: Final = "disaggspec.io/revision-spec"
-"""On each Deployment of a revision: the spec it was rendered from (JSON), so an older revision can be rendered again
-(and scaled) after the service's spec moved on, also by an operator that restarted mid-rollout."""
+"""On each workload (Deployment or LeaderWorkerSet) of a revision: the spec it was rendered from (JSON), so an older
+revision can be rendered again (and scaled) after the service's spec moved on, also by an operator that restarted
+mid-rollout."""
 
 
 def revision_name(fingerprint: str) -> str:
@@ -63,7 +78,8 @@ def revision_name(fingerprint: str) -> str:
 
 
 def deployment_name(service: DisaggSpecService, component: str, fingerprint: str) -> str:
-    """`<service>-<component>-<revision>`: each revision's Deployments live side by side during a rollout."""
+    """`<service>-<component>-<revision>`: each revision's workloads (Deployments, or a multi-node pool's
+    LeaderWorkerSet) live side by side during a rollout."""
     return f"{child_name(service, component)}-{revision_name(fingerprint)}"
 
 
@@ -97,14 +113,21 @@ def revision_selector(service: DisaggSpecService, component: str, fingerprint: s
     return {**selector(service, component), c.LABEL_FINGERPRINT: fingerprint}
 
 
-def deployment(
-    service: DisaggSpecService, component: str, fingerprint: str, replicas: int, template: dict[str, Any]
-) -> dict[str, Any]:
-    """The Deployment of `component` in the revision of `fingerprint`, selecting that revision's pods; it carries the
-    spec it was rendered from (`REVISION_SPEC_ANNOTATION`)."""
+def revision_metadata(service: DisaggSpecService, component: str, fingerprint: str) -> dict[str, Any]:
+    """The metadata of `component`'s workload in the revision of `fingerprint` (a Deployment, or a multi-node pool's
+    LeaderWorkerSet): named after the revision, labelled with its fingerprint, carrying the spec it was rendered from
+    (`REVISION_SPEC_ANNOTATION`)."""
     meta = metadata(service, component, deployment_name(service, component, fingerprint))
     meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
     meta["annotations"] = {REVISION_SPEC_ANNOTATION: revision_spec(service)}
+    return meta
+
+
+def deployment(
+    service: DisaggSpecService, component: str, fingerprint: str, replicas: int, template: dict[str, Any]
+) -> dict[str, Any]:
+    """The Deployment of `component` in the revision of `fingerprint`, selecting that revision's pods."""
+    meta = revision_metadata(service, component, fingerprint)
     selected = revision_selector(service, component, fingerprint)
     spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": selected}}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {**spec, **template}}

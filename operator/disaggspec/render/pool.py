@@ -1,10 +1,11 @@
-"""Renders one pool (prefill or decode): a Deployment of SGLang servers, a headless Service and a
-PodDisruptionBudget; pure. Resource defaults come from `sizing`, probes and shutdown from `lifecycle`, the budget and
-the spreading from `disruption`."""
+"""Renders one pool (prefill or decode): a Deployment of SGLang servers (with nodesPerInstance > 1 a LeaderWorkerSet of
+leader/worker groups, one server each), a headless Service and a PodDisruptionBudget; pure. Resource defaults come
+from `sizing`, probes and shutdown from `lifecycle`, the budget and the spreading from `disruption`. The Service and
+the budget select every pod of the role, leaders and workers alike."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
@@ -12,7 +13,7 @@ from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import GPU_RESOURCE
 from disaggspec.render import caches, disruption, lifecycle, names, rdma, sizing
-from disaggspec.sglang.args import SERVER_PORT, server_args
+from disaggspec.sglang.args import NODE_RANK_LEADER, NODE_RANK_WORKER, SERVER_PORT, server_args
 from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, profile_for
 
 CONTAINER = "sglang"
@@ -21,7 +22,9 @@ CONTAINER = "sglang"
 def _limits(service: DisaggSpecService, role: PoolName) -> tuple[dict[str, Any], dict[str, Any]]:
     """The container's limits, and the extended resources among them the operator sets."""
     pool_spec = pool(service.spec, role)
-    extended: dict[str, Any] = {GPU_RESOURCE: pool_spec.tensor_parallel_size}
+    # One pod of a multi-node server is one whole node; a single-node server needs a GPU per rank.
+    gpus = pool_spec.gpus_per_node if pool_spec.nodes_per_instance > 1 else pool_spec.tensor_parallel_size
+    extended: dict[str, Any] = {GPU_RESOURCE: gpus}
     extended.update(rdma.resources(service.spec.transfer))
     return {**extended, **pool_spec.resources.limits}, extended
 
@@ -96,17 +99,35 @@ def _ports(service: DisaggSpecService, role: PoolName) -> list[dict[str, Any]]:
 
 
 def rolling_update(service: DisaggSpecService) -> dict[str, int]:
-    """The pool Deployments' rollingUpdate, from spec.rollout (a rule keeps the two from both being 0)."""
+    """The pool workloads' rolling update (a Deployment's rollingUpdate, a LeaderWorkerSet's
+    rollingUpdateConfiguration, in groups), from spec.rollout (a rule keeps the two from both being 0)."""
     rollout = service.spec.rollout
     return {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable}
 
 
-def deployment(
-    service: DisaggSpecService, role: PoolName, fingerprint: str, replicas: int | None = None
-) -> dict[str, Any]:
-    """The pool's Deployment in the revision of `fingerprint`, with `replicas` (default: the pool's replicas)."""
+PodKind = Literal["server", "leader", "worker"]
+"""Which pod a template is for: the one pod of a single-node server (a Deployment's), or the leader or a worker of a
+multi-node server's group (a LeaderWorkerSet's)."""
+
+
+def pod_template(service: DisaggSpecService, role: PoolName, fingerprint: str, kind: PodKind) -> dict[str, Any]:
+    """The pod template of the pool's pods in the revision of `fingerprint`: everything a pool pod has (labels with
+    the fingerprint and release, annotations, RDMA wiring, caches and init containers, volumes, env, security
+    context, scheduling, priority, pull secrets, grace period, preStop pause, probes).
+
+    A leader is a server pod like a Deployment's, plus `--nnodes`, `--node-rank 0` and `--dist-init-addr`: it serves
+    HTTP and (prefill) the bootstrap port, carries the bootstrap annotation the router reads, and has the readiness
+    and startup probes. A worker runs the same command with its own rank and no HTTP API: from node rank 1 on SGLang
+    starts only schedulers and, once they are ready, a dummy health server on --port whose /health answers 200 (0.5.2
+    sglang/srt/entrypoints/engine.py:805-819 and utils.py:2069-2080; 0.5.23 entrypoints/engine.py:1234-1284 and
+    utils/common.py:3624-3643). So a worker has the http port only, for its liveness probe; a startup probe on that
+    /health with the leader's start-up budget (without it, liveness would fail the loading worker after two minutes,
+    and the group restart that follows would repeat forever); and no readiness probe: its Ready then means its ranks
+    are up, and the leader's readiness covers the server. Both carry the pool's topology spread constraint: it
+    selects every pod of the pool, one per node, as for a Deployment's pods."""
     spec = service.spec
     pool_spec = pool(spec, role)
+    profile = profile_for(spec.sglang.version)
     pod_labels = {
         **pool_spec.pod_labels,
         **names.labels(service, role),
@@ -114,23 +135,29 @@ def deployment(
         c.LABEL_VERSION: spec.sglang.version,
     }
     pod_annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
-    if role == c.ROLE_PREFILL:
+    if role == c.ROLE_PREFILL and kind != "worker":
         # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.
         pod_annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(spec.transfer.bootstrap_port)
     volumes, mounts = _volumes(service)
     gpus = pod_gpus(service, role)
     life = pool_spec.lifecycle
+    node_rank = NODE_RANK_WORKER if kind == "worker" else NODE_RANK_LEADER
+    if kind == "worker":
+        ports = [port for port in _ports(service, role) if port["name"] == "http"]
+        probes = lifecycle.worker_probes(profile, life, gpus)
+    else:
+        ports = _ports(service, role)
+        probes = lifecycle.pool_probes(profile, life, gpus)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.sglang.image,
         "imagePullPolicy": spec.sglang.image_pull_policy,
-        "command": rdma.launcher(spec.transfer, profile_for(spec.sglang.version).per_gpu_ib_device_map)
-        + server_args(service, role),
-        "ports": _ports(service, role),
+        "command": rdma.launcher(spec.transfer, profile.per_gpu_ib_device_map) + server_args(service, role, node_rank),
+        "ports": ports,
         "resources": _resources(service, role),
         "securityContext": rdma.security_context(spec.transfer),
         "volumeMounts": mounts,
-        **lifecycle.pool_probes(profile_for(spec.sglang.version), life, gpus),
+        **probes,
         "lifecycle": lifecycle.prestop(lifecycle.prestop_seconds(life)),
     }
     env = _env(service, role)
@@ -161,14 +188,68 @@ def deployment(
     template_metadata: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:
         template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
+    return {"metadata": template_metadata, "spec": pod_spec}
+
+
+def deployment(
+    service: DisaggSpecService, role: PoolName, fingerprint: str, replicas: int | None = None
+) -> dict[str, Any]:
+    """The pool's Deployment in the revision of `fingerprint`, with `replicas` (default: the pool's replicas)."""
+    pool_spec = pool(service.spec, role)
     template = {
-        "progressDeadlineSeconds": lifecycle.progress_deadline_seconds(life, gpus),
+        "progressDeadlineSeconds": lifecycle.progress_deadline_seconds(pool_spec.lifecycle, pod_gpus(service, role)),
         # Within one revision (a change that keeps the fingerprint) the same budget as across revisions.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(service)},
-        "template": {"metadata": template_metadata, "spec": pod_spec},
+        "template": pod_template(service, role, fingerprint, "server"),
     }
     wanted = pool_spec.replicas if replicas is None else replicas
     return names.deployment(service, role, fingerprint, wanted, template)
+
+
+LWS_STARTUP_POLICY: Final = "LeaderCreated"
+"""The workers of a group are created with its leader, not once it is ready: the leader cannot become ready before
+its workers' ranks have joined the server."""
+LWS_RESTART_POLICY: Final = "RecreateGroupOnPodRestart"
+"""Any pod or container restart of a group recreates the whole group: the ranks of one SGLang server rendezvous
+once, at start, and a restarted rank cannot rejoin the others."""
+
+
+def leader_worker_set(
+    service: DisaggSpecService, role: PoolName, fingerprint: str, replicas: int | None = None
+) -> dict[str, Any]:
+    """The LeaderWorkerSet (sigs.k8s.io/lws v0.9.0) of a multi-node pool in the revision of `fingerprint`: `replicas`
+    groups (default: the pool's replicas) of nodesPerInstance pods each, one SGLang server per group, named and
+    labelled like the Deployment it replaces. The LeaderWorkerSet has no selector of its own (its controller labels
+    the pods it makes), no progress deadline (the rollout's own deadline applies) and no Deployment strategy: its
+    rolloutStrategy counts groups with spec.rollout's maxSurge and maxUnavailable."""
+    pool_spec = pool(service.spec, role)
+    wanted = pool_spec.replicas if replicas is None else replicas
+    return {
+        "apiVersion": c.LWS_API_VERSION,
+        "kind": c.LWS_KIND,
+        "metadata": names.revision_metadata(service, role, fingerprint),
+        "spec": {
+            "replicas": wanted,
+            "startupPolicy": LWS_STARTUP_POLICY,
+            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": rolling_update(service)},
+            "leaderWorkerTemplate": {
+                "size": pool_spec.nodes_per_instance,
+                "restartPolicy": LWS_RESTART_POLICY,
+                "leaderTemplate": pod_template(service, role, fingerprint, "leader"),
+                "workerTemplate": pod_template(service, role, fingerprint, "worker"),
+            },
+        },
+    }
+
+
+def workload(
+    service: DisaggSpecService, role: PoolName, fingerprint: str, replicas: int | None = None
+) -> dict[str, Any]:
+    """The pool's workload in the revision of `fingerprint`: a Deployment, or with nodesPerInstance > 1 a
+    LeaderWorkerSet."""
+    if pool(service.spec, role).nodes_per_instance > 1:
+        return leader_worker_set(service, role, fingerprint, replicas)
+    return deployment(service, role, fingerprint, replicas)
 
 
 def headless_service(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:

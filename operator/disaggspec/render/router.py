@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from disaggspec import constants as c
-from disaggspec.api import DisaggSpecService
+from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import ROUTER_METRICS_PORT
 from disaggspec.config import OperatorConfig
 from disaggspec.render import disruption, lifecycle, names, sizing
@@ -30,8 +30,12 @@ METRICS_PORT = ROUTER_METRICS_PORT
 """sglang-router's Prometheus port (its own default; spec.router.port may not take it)."""
 
 
-def _selector_args(service: DisaggSpecService, role: str, fingerprint: str) -> list[str]:
+def _selector_args(service: DisaggSpecService, role: PoolName, fingerprint: str) -> list[str]:
+    """The pods of `role` in the revision of `fingerprint`; of a multi-node pool only the groups' leaders (worker
+    index 0, which the LeaderWorkerSet controller labels), the one pod of each server that serves HTTP."""
     wanted = {**names.selector(service, role), c.LABEL_FINGERPRINT: fingerprint}
+    if pool(service.spec, role).nodes_per_instance > 1:
+        wanted[c.LWS_LABEL_WORKER_INDEX] = "0"
     return [f"{key}={value}" for key, value in sorted(wanted.items())]
 
 

@@ -1,6 +1,7 @@
 """Builds each pool's SGLang server command line from the typed spec; pure.
 
-The command is `python3 -m sglang.launch_server` followed by flags in a fixed order: model, parallelism, network,
+The command is `python3 -m sglang.launch_server` followed by flags in a fixed order: model, parallelism (with the
+node count, rank and rendezvous address of a multi-node pool), network,
 disaggregation (mode, bootstrap port, transfer backend, ib devices), engine, speculative, then the user's shared
 `spec.engine.extraArgs` and the pool's own `extraArgs` last. Only typed flags the pinned release's parser knows are
 emitted (the profile says which exist), and the rules check both extraArgs lists against that parser, so a rendered
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
+from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, effective_speculative, pool
 from disaggspec.api.effective import EffectiveSpeculative
 from disaggspec.api.v1alpha1 import EngineSpec, RdmaSpec
@@ -21,6 +23,20 @@ from disaggspec.sglang.profiles import SGLangProfile, profile_for
 SERVER_PORT: Final = 30000
 """Port of the SGLang HTTP server inside a pool pod (the router's --service-discovery-port)."""
 LAUNCH: Final = ("python3", "-m", "sglang.launch_server")
+DIST_INIT_PORT: Final = 20000
+"""Port on a multi-node server's leader pod where its ranks rendezvous (`--dist-init-addr <leader>:20000`: the
+torch.distributed TCPStore, 0.5.2 sglang/srt/model_executor/model_runner.py:619-620, 0.5.23
+sglang/srt/distributed/bootstrap.py:241-243), as in SGLang's own LeaderWorkerSet examples. Clear of every port the
+server binds: the HTTP and metrics port 30000 (SERVER_PORT), the NCCL port (30000 + 100..1000 on 0.5.2,
+server_args.py:2597; a free port on 0.5.23; either is the rendezvous only without --dist-init-addr), the bootstrap
+port (8998 by default; a rule keeps spec.transfer.bootstrapPort off it, another keeps extraArgs ports off it), and
+the ports SGLang derives from the dist-init port (its +1..+5 range, 0.5.2 server_args.py:2634-2642), which only DP
+attention uses, and extraArgs may not enable it."""
+NODE_RANK_LEADER: Final = "0"
+"""`--node-rank` of a group's leader: the rank that runs the HTTP server, the tokenizer and the bootstrap server."""
+NODE_RANK_WORKER: Final = f"$({c.LWS_ENV_WORKER_INDEX})"
+"""`--node-rank` of a group's worker: its worker index (1..nodesPerInstance-1), which the kubelet substitutes from the
+environment the LeaderWorkerSet pod webhook injects."""
 
 
 def gpu_key_order(key: str) -> tuple[int, int, str]:
@@ -63,8 +79,31 @@ def speculative_args(eff: EffectiveSpeculative, profile: SGLangProfile) -> list[
     return args
 
 
-def server_args(service: DisaggSpecService, role: PoolName) -> list[str]:
-    """The full argv of one pool's SGLang server container."""
+def multi_node_args(nodes: int, node_rank: str) -> list[str]:
+    """`--nnodes`, `--node-rank` and `--dist-init-addr` of one pod of a multi-node server (empty for one node).
+
+    `node_rank` is NODE_RANK_LEADER or NODE_RANK_WORKER; `$(VAR)` is expanded by the kubelet from the container's
+    environment, where the LeaderWorkerSet pod webhook puts LWS_LEADER_ADDRESS and LWS_WORKER_INDEX. Both releases
+    split the ranks evenly: tp_size must be divisible by nnodes (0.5.2 sglang/srt/server_args.py:2251-2253, 0.5.23
+    sglang/srt/arg_groups/validation_hook.py:178-181) and node r runs ranks tp/nnodes x r .. tp/nnodes x (r+1) - 1
+    on its GPUs 0..tp/nnodes-1 (0.5.2 sglang/srt/entrypoints/engine.py:754-772, 0.5.23 engine.py:2070-2075), which
+    is why a rule makes tensorParallelSize exactly nodesPerInstance x gpusPerNode (pipeline and data parallelism are
+    forbidden in extraArgs, so pp is 1)."""
+    if nodes == 1:
+        return []
+    return [
+        "--nnodes",
+        str(nodes),
+        "--node-rank",
+        node_rank,
+        "--dist-init-addr",
+        f"$({c.LWS_ENV_LEADER_ADDRESS}):{DIST_INIT_PORT}",
+    ]
+
+
+def server_args(service: DisaggSpecService, role: PoolName, node_rank: str = NODE_RANK_LEADER) -> list[str]:
+    """The full argv of one pool's SGLang server container; for a multi-node pool, that of the pod of `node_rank`
+    (the leader by default)."""
     spec = service.spec
     pool_spec = pool(spec, role)
     profile = profile_for(spec.sglang.version)
@@ -78,6 +117,7 @@ def server_args(service: DisaggSpecService, role: PoolName) -> list[str]:
     if model.served_model_name:
         args += ["--served-model-name", model.served_model_name]
     args += ["--tp-size", str(pool_spec.tensor_parallel_size)]
+    args += multi_node_args(pool_spec.nodes_per_instance, node_rank)
     args += ["--host", "0.0.0.0", "--port", str(SERVER_PORT), "--enable-metrics"]
 
     transfer = spec.transfer

@@ -97,7 +97,10 @@ OWNED: Final[dict[str, Policy]] = {
 """Rendered by `sglang/args.py` from a typed field or fixed; a unit test checks every flag it renders is OWNED (or a
 TYPED_MUST_MATCH option rendered from its field)."""
 
-_ONE_NODE: Final = "one pod is one node with its own GPUs; scale spec.<pool>.replicas instead"
+_ONE_NODE: Final = (
+    "the operator sets it from spec.<pool>.nodesPerInstance (a server over several nodes runs as a LeaderWorkerSet "
+    "group, one pod per node); set nodesPerInstance and gpusPerNode, or scale spec.<pool>.replicas"
+)
 _GPUS: Final = (
     "a pod has exactly its pool's GPUs, numbered from 0, one per tensor-parallel rank (resources.limits "
     "defaults to tensorParallelSize); scale spec.<pool>.replicas or tensorParallelSize instead"
@@ -109,6 +112,10 @@ _PER_PHASE_BACKEND: Final = (
 )
 _PLAIN_HTTP: Final = "the router and the probes reach pool pods over plain HTTP on port 30000"
 _NOT_WIRED: Final = "the operator does not deploy or wire the other processes this mode needs"
+
+MULTI_NODE: Final = ("nnodes", "node_rank", "dist_init_addr")
+"""FORBIDDEN in extraArgs, yet rendered by the operator (sglang/args.py `multi_node_args`) for a pool whose
+nodesPerInstance > 1: the only forbidden options a rendered command carries."""
 
 FORBIDDEN: Final[dict[str, Policy]] = {
     "config": _forbidden(

@@ -13,11 +13,12 @@ the algorithm enum of the API (EAGLE, EAGLE3, NEXTN) is accepted by every suppor
 asserts against the profiles instead of a rule that could never fire. Citations are `file:line` inside the released
 wheels (`pip download --no-deps sglang==<version>`).
 
-The rules live by family, each with its Python check, CEL and message side by side: `pools` (the resource name, GPUs and
-env), `extra_args` (both extraArgs lists against the release's parser and the option classes), `content` (image
-references, model strings, object names and paths), `resources` (container resource names and quantities), `pod_shape`
-(labels, annotations, node selector, tolerations), `speculative` (prefill and decode agree; each pool's settings),
-`versions` (what depends on spec.sglang.version), `engine`, `transfer`, `model` and `transitions` (update-only rules).
+The rules live by family, each with its Python check, CEL and message side by side: `pools` (the resource name, GPUs,
+multi-node pools and env), `extra_args` (both extraArgs lists against the release's parser and the option classes),
+`content` (image references, model strings, object names and paths), `resources` (container resource names and
+quantities), `pod_shape` (labels, annotations, node selector, tolerations), `speculative` (prefill and decode agree;
+each pool's settings), `versions` (what depends on spec.sglang.version), `engine`, `transfer`, `model` and
+`transitions` (update-only rules).
 `_core` holds the row types and the shared rule shapes, `_cel` the CEL building blocks. This module assembles the table
 in its order.
 """
@@ -49,6 +50,7 @@ from disaggspec.validation.pools import MAX_NAME_LENGTH, OWNED_ENV, pool_gpus
 RULES: Final[tuple[Rule, ...]] = (
     pools.NAME_LENGTH,
     pools.NAME_DNS_LABEL,
+    pools.NAME_LENGTH_MULTI_NODE,
     speculative.ALGORITHM_MATCH,
     speculative.DRAFT_MODEL_MATCH,
     speculative.TOPK_MATCH,
@@ -78,9 +80,12 @@ RULES: Final[tuple[Rule, ...]] = (
     transfer.IB_DEVICES_EXCLUSIVE,
     transfer.RDMA_BACKEND,
     transfer.BOOTSTRAP_PORT_FREE,
+    transfer.BOOTSTRAP_PORT_DIST_INIT,
     pools.GPU_COUNT_WHOLE,
     pools.GPUS_COVER_TP,
     pools.GPUS_FIT_NODE,
+    pools.MULTI_NODE_TP,
+    pools.MULTI_NODE_GPU_LIMIT,
     pools.MAX_UNAVAILABLE,
     *extra_args.RULES,
     pools.ENV_OWNED,

@@ -8,8 +8,8 @@ is judged by its class in `sglang/flag_policy.py`, keyed by dest so every alias 
 - `pool-extra-args-forbidden`: no FORBIDDEN option, anywhere;
 - `pool-extra-args-must-match`: a pool's own list holds no MUST_MATCH option (the shared list may);
 - `pool-extra-args-parallel-size`: a parallel size must divide the pool's tensorParallelSize;
-- `pool-extra-args-port`: a port the server binds must not be the HTTP port, the bootstrap port or another port of
-  the pool;
+- `pool-extra-args-port`: a port the server binds must not be the HTTP port, the bootstrap port, a multi-node pool's
+  rendezvous port or another port of the pool;
 - `engine-quantization-supported`: spec.engine.quantization is a method the release accepts.
 
 Each violation carries a detail naming the option and its fix (the typed field, the reason). Only the owned rule has
@@ -26,7 +26,7 @@ from typing import Final
 
 from disaggspec.api.effective import POOL_NAMES, PoolName, pool
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, EngineSpec, PoolSpec
-from disaggspec.sglang.args import SERVER_PORT
+from disaggspec.sglang.args import DIST_INIT_PORT, SERVER_PORT
 from disaggspec.sglang.argv import ArgProblem, ParsedOption, parse
 from disaggspec.sglang.flag_policy import FlagClass, Policy, classify
 from disaggspec.sglang.profiles import PROFILES, SGLangProfile
@@ -241,12 +241,15 @@ EXTRA_ARGS_PARALLEL_SIZE: Final = Rule(
 
 
 def _ports(service: DisaggSpecService) -> Iterator[Finding]:
-    """Two servers of one pod cannot bind one port; the HTTP and bootstrap ports are rendered by the operator."""
+    """Two servers of one pod cannot bind one port; the HTTP and bootstrap ports are rendered by the operator, and so
+    is a multi-node pool's rendezvous port on its leader (DIST_INIT_PORT)."""
     reported: set[str] = set()
     bootstrap = service.spec.transfer.bootstrap_port
     fixed = {SERVER_PORT: "the HTTP port", bootstrap: "spec.transfer.bootstrapPort"}
     for p in POOL_NAMES:
         taken = dict(fixed)
+        if pool(service.spec, p).nodes_per_instance > 1:
+            taken.setdefault(DIST_INIT_PORT, "the multi-node rendezvous port (--dist-init-addr)")
         for extra, found, policy in _pool_options(service, p):
             if policy.check != "port":
                 continue
@@ -262,10 +265,18 @@ def _ports(service: DisaggSpecService) -> Iterator[Finding]:
 
 EXTRA_ARGS_PORT: Final = Rule(
     id="pool-extra-args-port",
-    fields=("spec.prefill.extraArgs", "spec.decode.extraArgs", "spec.engine.extraArgs", "spec.transfer.bootstrapPort"),
+    fields=(
+        "spec.prefill.extraArgs",
+        "spec.decode.extraArgs",
+        "spec.engine.extraArgs",
+        "spec.transfer.bootstrapPort",
+        "spec.prefill.nodesPerInstance",
+        "spec.decode.nodesPerInstance",
+    ),
     message=f"a port in spec.<pool>.extraArgs or spec.engine.extraArgs (--nccl-port, --grpc-port, "
     f"--engine-info-bootstrap-port, ...) must differ from the server's HTTP port {SERVER_PORT}, "
-    "spec.transfer.bootstrapPort and every other port of the pool: one bind fails",
+    f"spec.transfer.bootstrapPort, the rendezvous port {DIST_INIT_PORT} of a pool whose nodesPerInstance > 1, and "
+    "every other port of the pool: one bind fails",
     check=_ports,
 )
 

@@ -1,5 +1,6 @@
 """Pool rules: the resource name the children are named after, each pool's GPUs (a whole count, covering the tensor
-parallel ranks, on one node), and what a pool's env may set (its extraArgs: `extra_args.py`)."""
+parallel ranks, on one node; or a whole node per pod of a multi-node server), and what a pool's env may set (its
+extraArgs: `extra_args.py`)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,32 @@ _METADATA_ON_ROOT: Final = (
     "and its message names the field"
 )
 
+MAX_GROUP_INDEX_DIGITS: Final = 4
+"""Digits of a LeaderWorkerSet group index: replicas is at most 1024 and a rolling update surges at most as many
+again (LWS caps maxSurge at replicas, sigs.k8s.io/lws v0.9.0 pkg/controllers/leaderworkerset_controller.go:307-310),
+so an index < 2048."""
+REVISION_SUFFIX_LENGTH: Final = 8
+"""Hex characters of the fingerprint in a revision's workload name <name>-<role>-<8 hex> (render/names.py
+REVISION_NAME_LENGTH; a unit test keeps the two equal)."""
+CONTROLLER_REVISION_HASH_LENGTH: Final = 10
+"""Longest hash a StatefulSet's ControllerRevision gets: the decimal FNV-32 sum, safe-encoded character by character
+(kubernetes pkg/controller/history/controller_history.go:134-145), at most 10 characters."""
+LABEL_VALUE_LENGTH: Final = 63
+
+
+def multi_node_name_limit(role: str) -> int:
+    """Longest metadata.name when the pool of `role` is multi-node. Its LeaderWorkerSet <name>-<role>-<8 hex> makes,
+    per group g, a worker StatefulSet named <lws>-<g> (sigs.k8s.io/lws v0.9.0 pkg/controllers/pod_controller.go:434,
+    StatefulSet(leaderPod.Name, ...), the leader pod being <lws>-<g>: leaderworkerset_controller.go:609), whose pods
+    carry the label controller-revision-hash: <statefulset>-<hash> (kubernetes pkg/controller/statefulset/
+    stateful_set_utils.go:505-511 with the revision named by controller_history.go:95-101). A label value is at most
+    63 characters, so <name>-<role>-<8 hex>-<4 digits>-<10> must fit: 63 - 1 - len(role) - 1 - 8 - 1 - 4 - 1 - 10.
+    That also covers the worker pod names <lws>-<g>-<w> (hostnames, 63) and the leader StatefulSet's revision label
+    <lws>-<10>. 30 for prefill, 31 for decode."""
+    suffix = 1 + len(role) + 1 + REVISION_SUFFIX_LENGTH + 1 + MAX_GROUP_INDEX_DIGITS + 1
+    return LABEL_VALUE_LENGTH - suffix - CONTROLLER_REVISION_HASH_LENGTH
+
+
 # ---- the resource name -------------------------------------------------------------------------------------------
 
 
@@ -81,6 +108,47 @@ def _name_dns_label(service: DisaggSpecService) -> Iterator[str]:
         yield "metadata.name"
 
 
+def _is_multi_node(pool_spec: PoolSpec) -> bool:
+    return pool_spec.nodes_per_instance > 1
+
+
+def multi_node_cel(prefix: str) -> str:
+    """CEL: the pool spec at `prefix` spans several nodes."""
+    return f"(has({prefix}.nodesPerInstance) && {prefix}.nodesPerInstance > 1)"
+
+
+def _gpus_per_node_cel(prefix: str) -> str:
+    return f"(has({prefix}.gpusPerNode) ? {prefix}.gpusPerNode : {DEFAULT_GPUS_PER_NODE})"
+
+
+_PREFILL_NAME_LIMIT: Final = multi_node_name_limit(POOL_NAMES[0])
+_DECODE_NAME_LIMIT: Final = multi_node_name_limit(POOL_NAMES[1])
+
+
+def _name_length_multi_node(service: DisaggSpecService) -> Iterator[str]:
+    """The LeaderWorkerSet's children carry longer names than a Deployment's: see `multi_node_name_limit`."""
+    name = service.metadata.name
+    if any(_is_multi_node(pool(service.spec, p)) and len(name) > multi_node_name_limit(p) for p in POOL_NAMES):
+        yield "metadata.name"
+
+
+NAME_LENGTH_MULTI_NODE: Final = Rule(
+    id="name-length-multi-node",
+    fields=("metadata.name", "spec.prefill.nodesPerInstance", "spec.decode.nodesPerInstance"),
+    message=f"metadata.name must be at most {_PREFILL_NAME_LIMIT} characters when spec.prefill.nodesPerInstance > 1 "
+    f"({_DECODE_NAME_LIMIT} when only spec.decode.nodesPerInstance > 1): a multi-node pool's LeaderWorkerSet "
+    "<name>-<pool>-<8 hex> names a StatefulSet per group <set>-<group>, and its pods' controller-revision-hash "
+    "label <statefulset>-<10 characters> must fit 63; choose a shorter name",
+    check=_name_length_multi_node,
+    cel=Cel(
+        "root",
+        f"(!{multi_node_cel('self.spec.prefill')} || self.metadata.name.size() <= {_PREFILL_NAME_LIMIT}) && "
+        f"(!{multi_node_cel('self.spec.decode')} || self.metadata.name.size() <= {_DECODE_NAME_LIMIT})",
+        on_node=_METADATA_ON_ROOT,
+    ),
+)
+
+
 NAME_DNS_LABEL: Final = Rule(
     id="name-dns-label",
     fields=("metadata.name",),
@@ -99,21 +167,29 @@ def _is_whole(value: int | str) -> bool:
 
 
 def pool_gpus(pool_spec: PoolSpec) -> int:
-    """GPUs one pod of the pool gets: resources.limits[nvidia.com/gpu] when set to a whole number, else
-    tensorParallelSize (what the renderer requests when the limit is unset)."""
+    """GPUs one pod of the pool gets: resources.limits[nvidia.com/gpu] when set to a whole number, else what the
+    renderer requests when the limit is unset: tensorParallelSize, or gpusPerNode for a multi-node pool (each pod of
+    its group is one node)."""
     limit = pool_spec.resources.limits.get(GPU_RESOURCE)
     if limit is not None and _is_whole(limit):
         return int(limit)
-    return pool_spec.tensor_parallel_size
+    return pool_spec.gpus_per_node if _is_multi_node(pool_spec) else pool_spec.tensor_parallel_size
 
 
-def pool_gpus_cel(prefix: str) -> str:
-    """`pool_gpus` in CEL, for the pool spec at `prefix`."""
+def _gpu_limit_cel(prefix: str) -> tuple[str, str]:
+    """CEL: (the GPU limit is set to a whole number, that number) for the pool spec at `prefix`."""
     limits = f"{prefix}.resources.limits"
     key = quote(GPU_RESOURCE)
     has_limit = f"has({prefix}.resources) && has({limits}) && {key} in {limits}"
     whole = f"string({limits}[{key}]).matches('^[0-9]+$')"
-    return f"(({has_limit} && {whole}) ? int(string({limits}[{key}])) : {prefix}.tensorParallelSize)"
+    return f"{has_limit} && {whole}", f"int(string({limits}[{key}]))"
+
+
+def pool_gpus_cel(prefix: str) -> str:
+    """`pool_gpus` in CEL, for the pool spec at `prefix`."""
+    has_whole_limit, limit = _gpu_limit_cel(prefix)
+    unset = f"({multi_node_cel(prefix)} ? {_gpus_per_node_cel(prefix)} : {prefix}.tensorParallelSize)"
+    return f"(({has_whole_limit}) ? {limit} : {unset})"
 
 
 def _gpu_whole(pool_spec: PoolSpec) -> bool:
@@ -134,10 +210,11 @@ GPU_COUNT_WHOLE: Final = pool_spec_rule(
 
 
 def _gpus_cover_tp(pool_spec: PoolSpec) -> bool:
-    """With one node per pod (nnodes is operator-owned), a server starts tp_size scheduler processes, one per GPU id
-    base_gpu_id + tp_rank (0.5.2 sglang/srt/entrypoints/engine.py:754-772; --tp-size at server_args.py:1124-1130;
-    0.5.23 sglang/srt/arg_groups/fields/parallel.py:45), so a pod needs at least tensorParallelSize GPUs."""
-    return pool_gpus(pool_spec) >= pool_spec.tensor_parallel_size
+    """With one node per pod (nodesPerInstance 1: --nnodes is unset), a server starts tp_size scheduler processes,
+    one per GPU id base_gpu_id + tp_rank (0.5.2 sglang/srt/entrypoints/engine.py:754-772; --tp-size at
+    server_args.py:1124-1130; 0.5.23 sglang/srt/arg_groups/fields/parallel.py:45), so a pod needs at least
+    tensorParallelSize GPUs. A multi-node pool is checked by `pool-multi-node-tp` and `pool-multi-node-gpu-limit`."""
+    return _is_multi_node(pool_spec) or pool_gpus(pool_spec) >= pool_spec.tensor_parallel_size
 
 
 GPUS_COVER_TP: Final = pool_spec_rule(
@@ -149,18 +226,19 @@ GPUS_COVER_TP: Final = pool_spec_rule(
         "spec.decode.resources.limits",
     ),
     f"spec.<pool>.resources.limits[{GPU_RESOURCE}] must be at least spec.<pool>.tensorParallelSize (one GPU per "
-    "rank): raise the GPU limit or lower tensorParallelSize",
+    "rank) when spec.<pool>.nodesPerInstance is 1: raise the GPU limit or lower tensorParallelSize, or set "
+    "nodesPerInstance to span several nodes",
     wire="resources.limits",
     holds=_gpus_cover_tp,
-    cel=f"{pool_gpus_cel('self')} >= self.tensorParallelSize",
+    cel=f"{multi_node_cel('self')} || {pool_gpus_cel('self')} >= self.tensorParallelSize",
 )
 
 
 def _gpus_fit_node(pool_spec: PoolSpec) -> bool:
-    """A pool pod is one SGLang server (nnodes is operator-owned, forbidden in extraArgs) and one Pod, which the
-    scheduler places on one node: more GPUs than a node has leave it Pending forever. Multi-node servers need a
-    leader/worker group per replica (the LeaderWorkerSet issue), not one Deployment."""
-    return pool_gpus(pool_spec) <= pool_spec.gpus_per_node
+    """With nodesPerInstance 1 a pool pod is one SGLang server (--nnodes is the operator's, forbidden in extraArgs)
+    and one Pod, which the scheduler places on one node: more GPUs than a node has leave it Pending forever. A server
+    over several nodes is a LeaderWorkerSet group (nodesPerInstance > 1), checked by `pool-multi-node-tp`."""
+    return _is_multi_node(pool_spec) or pool_gpus(pool_spec) <= pool_spec.gpus_per_node
 
 
 GPUS_FIT_NODE: Final = pool_spec_rule(
@@ -173,12 +251,71 @@ GPUS_FIT_NODE: Final = pool_spec_rule(
         "spec.decode.resources.limits",
         "spec.decode.gpusPerNode",
     ),
-    f"spec.<pool>.tensorParallelSize (and resources.limits[{GPU_RESOURCE}]) must fit on one node: at most "
-    f"spec.<pool>.gpusPerNode (default {DEFAULT_GPUS_PER_NODE}). Multi-node pools are not supported yet (see the "
-    "LeaderWorkerSet issue): lower tensorParallelSize, or raise gpusPerNode if your nodes have more GPUs",
+    f"spec.<pool>.tensorParallelSize (and resources.limits[{GPU_RESOURCE}]) must fit on one node when "
+    f"spec.<pool>.nodesPerInstance is 1: at most spec.<pool>.gpusPerNode (default {DEFAULT_GPUS_PER_NODE}); lower "
+    "tensorParallelSize, raise gpusPerNode if your nodes have more GPUs, or set nodesPerInstance to span several "
+    "nodes",
     wire="tensorParallelSize",
     holds=_gpus_fit_node,
-    cel=f"{pool_gpus_cel('self')} <= (has(self.gpusPerNode) ? self.gpusPerNode : {DEFAULT_GPUS_PER_NODE})",
+    cel=f"{multi_node_cel('self')} || {pool_gpus_cel('self')} <= {_gpus_per_node_cel('self')}",
+)
+
+
+def _multi_node_tp(pool_spec: PoolSpec) -> bool:
+    """A multi-node server runs tp_size / nnodes ranks on each node, one per GPU 0..n-1 (see
+    `disaggspec.sglang.args.multi_node_args`), and each pod of its group requests gpusPerNode GPUs: fewer ranks than
+    GPUs leave GPUs idle, more do not fit. Pipeline and data parallelism are forbidden in extraArgs (pp = dp = 1), so
+    the server's ranks are exactly its tensor-parallel ones."""
+    return not _is_multi_node(pool_spec) or (
+        pool_spec.tensor_parallel_size == pool_spec.nodes_per_instance * pool_spec.gpus_per_node
+    )
+
+
+MULTI_NODE_TP: Final = pool_spec_rule(
+    "pool-multi-node-tp",
+    (
+        "spec.prefill.tensorParallelSize",
+        "spec.prefill.nodesPerInstance",
+        "spec.prefill.gpusPerNode",
+        "spec.decode.tensorParallelSize",
+        "spec.decode.nodesPerInstance",
+        "spec.decode.gpusPerNode",
+    ),
+    "spec.<pool>.tensorParallelSize must be spec.<pool>.nodesPerInstance x spec.<pool>.gpusPerNode when "
+    "nodesPerInstance > 1 (each node of the server runs one rank per GPU; pipeline and data parallelism are not "
+    "available, so every rank is a tensor-parallel one): set tensorParallelSize to that product, or change "
+    "nodesPerInstance or gpusPerNode",
+    wire="tensorParallelSize",
+    holds=_multi_node_tp,
+    cel=f"!{multi_node_cel('self')} || self.tensorParallelSize == self.nodesPerInstance * {_gpus_per_node_cel('self')}",
+)
+
+
+def _multi_node_gpu_limit(pool_spec: PoolSpec) -> bool:
+    """Every pod of a multi-node group is one whole node: its GPU limit is gpusPerNode (the renderer's default), and
+    another count would give its ranks fewer GPUs than they address, or hold GPUs no rank uses. A non-whole limit is
+    `pool-gpu-count-whole`'s."""
+    limit = pool_spec.resources.limits.get(GPU_RESOURCE)
+    if not _is_multi_node(pool_spec) or limit is None or not _is_whole(limit):
+        return True
+    return int(limit) == pool_spec.gpus_per_node
+
+
+MULTI_NODE_GPU_LIMIT: Final = pool_spec_rule(
+    "pool-multi-node-gpu-limit",
+    (
+        "spec.prefill.resources.limits",
+        "spec.prefill.gpusPerNode",
+        "spec.decode.resources.limits",
+        "spec.decode.gpusPerNode",
+    ),
+    f"spec.<pool>.resources.limits[{GPU_RESOURCE}] must equal spec.<pool>.gpusPerNode when "
+    "spec.<pool>.nodesPerInstance > 1 (the GPUs of each pod of the group, one node each): remove the GPU limit (it "
+    "defaults to gpusPerNode) or set it to gpusPerNode",
+    wire="resources.limits",
+    holds=_multi_node_gpu_limit,
+    cel=f"!{multi_node_cel('self')} || !({_gpu_limit_cel('self')[0]}) || "
+    f"{_gpu_limit_cel('self')[1]} == {_gpus_per_node_cel('self')}",
 )
 
 

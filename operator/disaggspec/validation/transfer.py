@@ -18,7 +18,7 @@ from disaggspec.api.v1alpha1 import (
     RouterSpec,
     TransferSpec,
 )
-from disaggspec.sglang.args import SERVER_PORT
+from disaggspec.sglang.args import DIST_INIT_PORT, SERVER_PORT
 from disaggspec.validation._cel import both, quote, string_list
 from disaggspec.validation._core import Cel, Rule
 from disaggspec.validation._syntax import (
@@ -31,7 +31,7 @@ from disaggspec.validation._syntax import (
     quantity,
     quantity_cel,
 )
-from disaggspec.validation.pools import pool_gpus, pool_gpus_cel
+from disaggspec.validation.pools import multi_node_cel, pool_gpus, pool_gpus_cel
 
 _RDMA_LESS_BACKENDS: Final = ("fake", "mooncake_tcp")
 
@@ -200,6 +200,31 @@ BOOTSTRAP_PORT_FREE: Final = Rule(
     "bootstrap port (the default is 8998)",
     check=_bootstrap_port_free,
     cel=Cel(TransferSpec, f"self.bootstrapPort != {SERVER_PORT}", ".bootstrapPort"),
+)
+
+
+def _bootstrap_port_off_dist_init(service: DisaggSpecService) -> Iterator[str]:
+    """A multi-node prefill leader binds the bootstrap server and the ranks' rendezvous (--dist-init-addr, port
+    DIST_INIT_PORT) in one pod; a multi-node decode leader, the rendezvous, while decode dials the bootstrap port of
+    prefill on that port number (the same spec.transfer.bootstrapPort on both pools)."""
+    multi = any(pool(service.spec, p).nodes_per_instance > 1 for p in POOL_NAMES)
+    if multi and service.spec.transfer.bootstrap_port == DIST_INIT_PORT:
+        yield "spec.transfer.bootstrapPort"
+
+
+BOOTSTRAP_PORT_DIST_INIT: Final = Rule(
+    id="transfer-bootstrap-port-dist-init",
+    fields=("spec.transfer.bootstrapPort", "spec.prefill.nodesPerInstance", "spec.decode.nodesPerInstance"),
+    message=f"spec.transfer.bootstrapPort must differ from {DIST_INIT_PORT}, the port a multi-node server's ranks "
+    "rendezvous on at its leader (--dist-init-addr), when spec.prefill.nodesPerInstance or "
+    "spec.decode.nodesPerInstance is above 1: pick another bootstrap port (the default is 8998)",
+    check=_bootstrap_port_off_dist_init,
+    cel=Cel(
+        DisaggSpecServiceSpec,
+        f"!({multi_node_cel('self.prefill')} || {multi_node_cel('self.decode')}) || "
+        f"self.transfer.bootstrapPort != {DIST_INIT_PORT}",
+        ".transfer.bootstrapPort",
+    ),
 )
 
 

@@ -71,6 +71,8 @@ V052 = {"spec.sglang.version": "0.5.2"}
 TREE = {"spec.speculative.eagleTopk": 2, "spec.speculative.numDraftTokens": 4}
 WHOLE_1GPU_NODES = {"spec.prefill.gpusPerNode": 1, "spec.decode.gpusPerNode": 1}
 """The base's 1-GPU pods as whole nodes, which a static per-GPU ib device map needs."""
+MULTI_NODE = {"tensorParallelSize": 16, "nodesPerInstance": 2}
+"""A pool of servers over two 8-GPU nodes (gpusPerNode defaults to 8)."""
 
 RULE_CASES: Final[tuple[Case, ...]] = (
     Case("name-too-long", {"metadata.name": "a" * 45}, "name-length"),
@@ -269,6 +271,52 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "pool-gpus-cover-tp",
     ),
     Case("tp-above-node", {"spec.prefill.tensorParallelSize": 16}, "pool-gpus-per-node"),
+    # ---- multi-node pools (LeaderWorkerSet) ------------------------------------------------------------------------
+    Case(
+        "multi-node-tp-below-nodes-x-gpus",
+        {"spec.prefill": {"tensorParallelSize": 8, "nodesPerInstance": 2}},
+        "pool-multi-node-tp",
+    ),
+    Case(
+        "multi-node-tp-above-nodes-x-gpus",
+        {"spec.decode": {"tensorParallelSize": 16, "nodesPerInstance": 2, "gpusPerNode": 4}},
+        "pool-multi-node-tp",
+    ),
+    Case(
+        "multi-node-gpu-limit-is-the-server",
+        {"spec.prefill": {**MULTI_NODE, "resources": {"limits": {"nvidia.com/gpu": 16}}}},
+        "pool-multi-node-gpu-limit",
+    ),
+    Case(
+        "multi-node-gpu-limit-below-node",
+        {"spec.decode": {**MULTI_NODE, "resources": {"limits": {"nvidia.com/gpu": "4"}}}},
+        "pool-multi-node-gpu-limit",
+    ),
+    Case(
+        "multi-node-prefill-name-too-long",
+        {"metadata.name": "a" * 31, "spec.prefill": MULTI_NODE},
+        "name-length-multi-node",
+    ),
+    Case(
+        "multi-node-decode-name-too-long",
+        {"metadata.name": "a" * 32, "spec.decode": MULTI_NODE},
+        "name-length-multi-node",
+    ),
+    Case(
+        "multi-node-bootstrap-port-on-rendezvous",
+        {"spec.prefill": MULTI_NODE, "spec.transfer": {"bootstrapPort": 20000}},
+        "transfer-bootstrap-port-dist-init",
+    ),
+    Case(
+        "multi-node-extra-args-port-on-rendezvous",
+        {"spec.decode": {**MULTI_NODE, "extraArgs": ["--nccl-port", "20000"]}},
+        "pool-extra-args-port",
+    ),
+    Case(
+        "multi-node-nnodes-in-extra-args",
+        {"spec.prefill": {**MULTI_NODE, "extraArgs": ["--nnodes", "2"]}},
+        "pool-extra-args-forbidden",
+    ),
     Case("max-unavailable-words", {"spec.decode.disruption": {"maxUnavailable": "half"}}, "disruption-max-unavailable"),
     Case(
         "max-unavailable-over-100", {"spec.router.disruption": {"maxUnavailable": "150%"}}, "disruption-max-unavailable"
@@ -793,7 +841,9 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
         {"spec.transfer": {"rdma": {"networks": ["Bad_Name"]}}},
         schema_error="should match",
     ),
-    Case("tp-too-large", {"spec.prefill.tensorParallelSize": 32}, schema_error="less than or equal to 16"),
+    Case("tp-too-large", {"spec.prefill.tensorParallelSize": 2048}, schema_error="less than or equal to 1024"),
+    Case("nodes-per-instance-zero", {"spec.decode.nodesPerInstance": 0}, schema_error="greater than or equal to 1"),
+    Case("nodes-per-instance-too-many", {"spec.prefill.nodesPerInstance": 65}, schema_error="less than or equal to 64"),
     # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
     Case("env-name-dash", {"spec.prefill.env": [{"name": "MY-VAR", "value": "1"}]}, schema_error="should match"),
     Case(
@@ -1059,6 +1109,26 @@ VALID_CASES: Final[tuple[Case, ...]] = (
     ),
     Case("env-mooncake-without-rdma", {"spec.decode.env": [{"name": "MC_TE_METRIC", "value": "1"}]}),
     Case("tp-multiples", {"spec.prefill": {"tensorParallelSize": 8}, "spec.decode": {"tensorParallelSize": 2}}),
+    # ---- multi-node pools (LeaderWorkerSet) ------------------------------------------------------------------------
+    Case("multi-node-prefill", {"metadata.name": "a" * 30, "spec.prefill": MULTI_NODE}),
+    Case("multi-node-decode-name-at-its-limit", {"metadata.name": "a" * 31, "spec.decode": MULTI_NODE}),
+    Case(
+        "multi-node-both-with-whole-node-limits",
+        {
+            "spec.prefill": {**MULTI_NODE, "resources": {"limits": {"nvidia.com/gpu": 8}}},
+            "spec.decode": {"tensorParallelSize": 32, "nodesPerInstance": 8, "gpusPerNode": 4},
+        },
+    ),
+    Case(
+        "multi-node-rdma-static-map-whole-nodes",
+        {
+            "spec.prefill": {"tensorParallelSize": 4, "nodesPerInstance": 2, "gpusPerNode": 2},
+            "spec.decode": {"tensorParallelSize": 2, "gpusPerNode": 2},
+            "spec.transfer": {"rdma": {"ibDevicesPerGpu": {"0": "mlx5_0", "1": "mlx5_1"}}},
+        },
+    ),
+    Case("rendezvous-port-free-on-one-node", {"spec.transfer": {"bootstrapPort": 20000}}),
+    Case("nccl-port-20000-on-one-node", {"spec.decode.extraArgs": ["--nccl-port", "20000"]}),
     # ---- extraArgs against the parser (issue 15 A) ----------------------------------------------------------------
     Case(
         "decode-polling-interval-per-pool", {"spec.decode.extraArgs": ["--disaggregation-decode-polling-interval", "4"]}

@@ -112,6 +112,11 @@ def test_every_rendered_flag_is_owned_or_typed_must_match(role: str) -> None:
             assert policy is not None, flag
             if option.dest in flag_policy.TYPED_MUST_MATCH:
                 continue
+            if option.dest in flag_policy.MULTI_NODE:
+                # Rendered for a multi-node pool only, and refused anywhere in extraArgs.
+                assert pool(service.spec, role).nodes_per_instance > 1, flag  # type: ignore[arg-type]
+                assert policy.cls is FlagClass.FORBIDDEN, flag
+                continue
             assert policy.cls is FlagClass.OWNED, f"{flag} is rendered but not OWNED"
             assert is_owned_flag(flag), f"the CEL pattern misses {flag}"
 

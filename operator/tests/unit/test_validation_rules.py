@@ -13,7 +13,7 @@ import yaml
 from disaggspec.api import PoolName, parse_service, pool
 from disaggspec.api.v1alpha1 import DraftKvCacheDtype
 from disaggspec.sglang.args import server_args
-from disaggspec.sglang.flag_policy import TYPED_MUST_MATCH
+from disaggspec.sglang.flag_policy import FORBIDDEN, MULTI_NODE, TYPED_MUST_MATCH, classify
 from disaggspec.sglang.profiles import PROFILES, profile_for
 from disaggspec.validation import (
     ALL_RULES,
@@ -134,5 +134,9 @@ def test_rendered_flags_are_owned_and_known(role: PoolName) -> None:
                 # keep out of a pool's extraArgs and refuse twice in spec.engine.extraArgs).
                 option = profile.option(arg)
                 typed = option is not None and option.dest in TYPED_MUST_MATCH
-                assert is_owned_flag(arg) or typed, f"{arg} is rendered but extraArgs may set it"
+                # A multi-node pool's --nnodes, --node-rank, --dist-init-addr: forbidden in extraArgs.
+                multi_node = (
+                    option is not None and option.dest in MULTI_NODE and classify(option.dest) == FORBIDDEN[option.dest]
+                )
+                assert is_owned_flag(arg) or typed or multi_node, f"{arg} is rendered but extraArgs may set it"
                 assert profile.knows_flag(arg), f"{arg} is unknown to sglang {profile.version}"
