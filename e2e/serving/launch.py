@@ -10,9 +10,17 @@
   pod's `disaggspec.io/spec-fingerprint` label) for the cross-revision oracle unless an annotation sets it.
 Anything else is not ours: the runner leaves it alone.
 
-One translation is applied to every argv, and it is the only one: every pod shares this machine's network, so
-`0.0.0.0` and `localhost` in bind and probe addresses become the pod's own loopback IP (127.N.x.y), which is what
-they mean inside a pod's network namespace.
+Every pod shares this machine's network, which takes two translations, and only these two:
+
+- Addresses, in the argv: `0.0.0.0` and `localhost` in bind and probe addresses become the pod's own loopback IP
+  (127.N.x.y), which is what they mean inside a pod's network namespace.
+- Names, at connect time: there is no cluster DNS. A multi-node SGLang server's worker pods name their leader by its
+  pod hostname record (`--dist-init-addr $(LWS_LEADER_ADDRESS):P`, `<lws>-<group>.<subdomain>.<namespace>`); the
+  argv keeps the name, and the emulator resolves it at each attempt to reach its leader through the cluster-DNS
+  stand-in (`e2e.serving.clusterdns`: the pod with that hostname and subdomain whose headless Service publishes it,
+  read from the API server with the runner's kubeconfig). Every emulator gets `--kubeconfig` and its pod's
+  `--namespace` for that. It is not resolved here because the leader pod may have no IP yet when a worker starts;
+  a real worker likewise retries until DNS answers.
 """
 
 from __future__ import annotations
@@ -163,6 +171,9 @@ class ServingLauncher:
             pod_ip,
             "--pod-name",
             str(meta["name"]),
+            "--namespace",
+            str(meta.get("namespace") or "default"),
+            *(["--kubeconfig", self.admin_kubeconfig] if self.admin_kubeconfig else []),
             *emulator_options(pod),
             "--",
             *args,

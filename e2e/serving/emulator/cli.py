@@ -1,10 +1,13 @@
-"""`python -m e2e.serving.emulator --sglang-version V --bind IP [--pod-name N] [--emulate key=value ...]
-[--drain-timeout S] -- <sglang args>`: run one emulated SGLang server.
+"""`python -m e2e.serving.emulator --sglang-version V --bind IP [--pod-name N] [--namespace NS] [--kubeconfig K]
+[--emulate key=value ...] [--drain-timeout S] -- <sglang args>`: run one emulated SGLang server.
 
 `<sglang args>` is the pod's command after `python3 -m sglang.launch_server`, unchanged. It is parsed like release V's
 parser does (an unknown option exits 2 with argparse's `unrecognized arguments`); the HTTP server binds `--bind`:
 `--port` instead of the rendered `--host` (every pod shares the port numbers on this machine, each on its own
-loopback IP), and a prefill's bootstrap server binds `--bind`:`--disaggregation-bootstrap-port`.
+loopback IP), and a prefill's bootstrap server binds `--bind`:`--disaggregation-bootstrap-port`. A multi-node
+server's node rank 0 listens for its group on `--bind`:<port of --dist-init-addr>; the other nodes resolve the
+address's host at each attempt, a pod hostname record through the cluster-DNS stand-in (`e2e.serving.clusterdns`,
+reading the API server with `--kubeconfig`, the pod's namespace `--namespace` completing short names).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from e2e.serving.emulator.facts import VERSIONS
+from e2e.serving.emulator.group import Resolver, parse_dist_init_addr
 from e2e.serving.emulator.options import KEYS, OptionError, parse_options
 from e2e.serving.emulator.server import EmulatorServer
 from e2e.serving.emulator.sglang_args import ArgvError, server_config, usage_error
@@ -33,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bind", required=True, help="IP to listen on (the pod's loopback IP)")
     parser.add_argument(
         "--pod-name", default=None, help="name reported in the pairing report (default: emulator-<bind>)"
+    )
+    parser.add_argument(
+        "--namespace", default=None, help="the pod's namespace: completes a short pod DNS name (default: default)"
+    )
+    parser.add_argument(
+        "--kubeconfig", default=None, help="API access of the cluster-DNS stand-in (a multi-node worker's leader)"
     )
     parser.add_argument("--emulate", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="SIGTERM: seconds to let requests finish")
@@ -77,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    problem = _multi_node_problem(cfg.nnodes, cfg.tp_size * cfg.pp_size, cfg.dist_init_addr)
+    if problem is not None:
+        logging.getLogger("emulator").error("%s", problem)
+        return 1
     server = EmulatorServer(
         cfg,
         options,
@@ -84,9 +98,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         pod_name=ours.pod_name or f"emulator-{ours.bind}",
         drain_timeout=ours.drain_timeout,
         access_log=ours.access_log,
+        resolver=Resolver(ours.bind, ours.namespace, ours.kubeconfig),
     )
     try:
         return asyncio.run(server.run())
     except OSError as exc:
         logging.getLogger("emulator").error("emulator: cannot listen: %s", exc)
         return 1
+
+
+def _multi_node_problem(nnodes: int, tp_times_pp: int, dist_init_addr: str | None) -> str | None:
+    """Why a multi-node server cannot start, as SGLang fails (an uncaught exception: exit status 1), or None."""
+    if nnodes > 1 and tp_times_pp % nnodes != 0:
+        # 0.5.2 server_args.py:2251-2253; 0.5.23 arg_groups/validation_hook.py:179-181.
+        return "AssertionError: tp_size must be divisible by number of nodes"
+    if nnodes > 1 and dist_init_addr is not None:
+        try:
+            parse_dist_init_addr(dist_init_addr)
+        except ValueError as error:
+            return f"ValueError: {error}"
+    return None

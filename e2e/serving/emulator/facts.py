@@ -67,6 +67,10 @@ class VersionFacts:
     http_routes: tuple[Route, ...]
     metrics_route: Route
     """Mounted only with --enable-metrics (add_prometheus_middleware)."""
+    worker_routes: tuple[Route, ...]
+    """What a node with --node-rank >= 1 of a multi-node server serves on --host:--port: SGLang's dummy health-check
+    server (launch_dummy_health_check_server, plus metrics_route with --enable-metrics), once its schedulers are
+    ready; every route answers 200."""
     bootstrap_routes: tuple[Route, ...]
     route_query_params: tuple[str, ...]
     """Query parameters of the bootstrap server's GET /route, in the order the decode sends them."""
@@ -106,6 +110,11 @@ FACTS_0_5_2: Final = VersionFacts(
         _route("GET", "/ping", f"{HTTP_SERVER}:1083"),
     ),
     metrics_route=_route("GET", "/metrics", "sglang/srt/utils.py:1271"),
+    # launch_dummy_health_check_server (utils.py:2069), started by engine.py:805-820 on node rank >= 1.
+    worker_routes=(
+        _route("GET", "/health", "sglang/srt/utils.py:2077"),
+        _route("GET", "/health_generate", "sglang/srt/utils.py:2082"),
+    ),
     bootstrap_routes=(
         # The default transfer backend is mooncake (sglang/srt/server_args.py:378); its bootstrap server.
         _route("GET|PUT", "/route", "sglang/srt/disaggregation/mooncake/conn.py:1577"),
@@ -166,6 +175,13 @@ FACTS_0_5_23: Final = VersionFacts(
         _route("GET", "/v1/loads", "sglang/srt/entrypoints/v1_loads.py:96"),
     ),
     metrics_route=_route("GET", "/metrics", "sglang/srt/utils/common.py:2849"),
+    # launch_dummy_health_check_server (utils/common.py:3624), started by entrypoints/engine.py:1278-1285 on node
+    # rank >= 1.
+    worker_routes=(
+        _route("GET", "/ping", "sglang/srt/utils/common.py:3635"),
+        _route("GET", "/health", "sglang/srt/utils/common.py:3640"),
+        _route("GET", "/health_generate", "sglang/srt/utils/common.py:3645"),
+    ),
     bootstrap_routes=(
         # MooncakeKVBootstrapServer (mooncake/conn.py:3355) subclasses CommonKVBootstrapServer.
         _route("GET|PUT", "/route", "sglang/srt/disaggregation/common/conn.py:3070"),

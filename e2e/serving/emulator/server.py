@@ -15,6 +15,13 @@ so the health routes answer 503 at once; requests keep being accepted and served
 router stops sending them when the health checks fail or the pod leaves the Service); a watchdog checks every 5 s
 (`drain-poll-seconds`) and exits when no request is left, here with status 0 (real 0.5.2 SIGKILLs itself), or after
 `--drain-timeout` with status 1.
+
+Multi-node (`--nnodes N`, see `group.py`): node rank 0 is the server above, except that between steps 1 and 2 it
+waits until the other N-1 nodes have joined its group (its HTTP port stays closed meanwhile), and that it dies when a
+node of the group is lost. A node with rank >= 1 runs no tokenizer and no API: it joins the group, "loads" the model,
+then serves only SGLang's dummy health-check server (`launch_dummy_health_check_server`: 0.5.2 entrypoints/
+engine.py:805-823 and utils.py:2069-2112; 0.5.23 engine.py:1234-1297 and utils/common.py:3624-3686) until the group
+ends.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from aiohttp import web
 from e2e.serving.emulator import openai, pd, textgen
 from e2e.serving.emulator.engine import TOKEN_CAPACITY, Abort, Engine, GenRequest, new_rid
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts, facts_for
+from e2e.serving.emulator.group import GroupError, GroupLeader, GroupMember, Resolver, parse_dist_init_addr
 from e2e.serving.emulator.options import RUNTIME_KEYS, EmulateOptions, OptionError, parse_options
 from e2e.serving.emulator.sglang_args import ServerConfig, flag_table
 
@@ -79,8 +87,12 @@ class EmulatorServer:
         pod_name: str,
         drain_timeout: float,
         access_log: bool = False,
+        resolver: Resolver | None = None,
     ) -> None:
         self.access_log = access_log
+        self.resolver = resolver or Resolver(bind, None, None)
+        """How a node with rank >= 1 finds its leader (`group.Resolver`)."""
+        self.group: GroupLeader | None = None
         self.cfg = cfg
         self.options = options
         self.facts: VersionFacts = facts_for(cfg.version)
@@ -722,7 +734,28 @@ class EmulatorServer:
         log.error("Received sigquit from a child process. It usually means the child failed.")
         return 1
 
+    @property
+    def is_worker_node(self) -> bool:
+        """Node rank >= 1 of a multi-node server (SGLang tests `node_rank >= 1`: 0.5.2 engine.py:805, 0.5.23
+        engine.py:1234)."""
+        return self.cfg.node_rank >= 1
+
     def on_sigterm(self) -> None:
+        if self.is_worker_node and self._runner is not None:
+            if self.cfg.version == "0.5.23":
+                # engine.py:1264-1273: once its schedulers are ready a worker node only logs SIGTERM; rank 0's
+                # ShutdownReq broadcast (or the kubelet's SIGKILL) ends it.
+                log.warning(
+                    "SIGTERM received on node_rank %d; waiting for the rank-0 ShutdownReq broadcast to stop the "
+                    "schedulers.",
+                    self.cfg.node_rank,
+                )
+                return
+            # 0.5.2 installs no SIGTERM handler on such a node (the tokenizer manager's, tokenizer_manager.py:1042,
+            # runs on rank 0 only); what follows is uvicorn's (the wheel does not pin it): the emulator exits.
+            log.warning("SIGTERM received on node_rank %d: exiting", self.cfg.node_rank)
+            self.stop_now(0)
+            return
         if self._runner is None:
             # Still loading: SGLang installs its SIGTERM handler with the tokenizer manager's loop, after start-up;
             # nothing is in flight, so stop now.
@@ -762,6 +795,8 @@ class EmulatorServer:
         loop.add_signal_handler(signal.SIGTERM, self.on_sigterm)
         loop.add_signal_handler(signal.SIGINT, self.stop_now)
         cfg = self.cfg
+        if self.is_worker_node:
+            return await self._run_worker_node()
         bootstrap: pd.BootstrapServer | None = None
         try:
             if cfg.disaggregation_mode == "prefill":
@@ -775,6 +810,8 @@ class EmulatorServer:
                     self.engine.bootstrap = bootstrap
             if cfg.disaggregation_mode != "prefill" and self.options.fail in ("bootstrap-refused", "transfer-failure"):
                 log.warning("emulator: fail=%s acts on prefill servers only; ignored here", self.options.fail)
+            if cfg.nnodes > 1 and not await self._rendezvous():
+                return self.exit_code
             log.info("emulator: loading the model (emulated, %.1fs)", self.options.load_seconds)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), self.options.load_seconds)
@@ -812,8 +849,145 @@ class EmulatorServer:
         finally:
             for task in list(self._tasks):
                 task.cancel()
+            if self.group is not None:
+                # 0.5.23's drain ends with a ShutdownReq broadcast to every rank (tokenizer_manager.py:3544-3547);
+                # 0.5.2's with the server killing itself, which the other nodes see as a lost peer.
+                await self.group.stop(shutdown=self.gracefully_exit and cfg.version == "0.5.23")
             if self._runner is not None:
                 await self._runner.cleanup()
             if bootstrap is not None:
                 await bootstrap.stop()
+            await self.engine.close()
+
+    # --- multi-node -------------------------------------------------------------------------------------------------
+
+    async def _until_stopped(self, work: Awaitable[Any]) -> asyncio.Future[Any] | None:
+        """Run `work` until it ends or the server is stopped; its future when it ended, None when stopped first."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if task.done():
+            return task
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+
+    def _never_meets(self) -> None:
+        # 0.5.2 model_executor/model_runner.py:619-622, 0.5.23 distributed/bootstrap.py:241-247: without
+        # --dist-init-addr every node's ranks rendezvous at an address of their own, and wait there.
+        log.warning(
+            "emulator: --nnodes %d without --dist-init-addr: this node's ranks rendezvous on their own address and "
+            "the group never forms (the server never starts)",
+            self.cfg.nnodes,
+        )
+
+    def _node_lost(self, why: str) -> None:
+        """A peer node of the group is gone: die like a scheduler whose collective failed (group.py)."""
+        self.engine.crash(
+            f"RuntimeError: {why} (emulated: a collective with the lost ranks fails, or NCCL's watchdog times out)"
+        )
+
+    async def _rendezvous(self) -> bool:
+        """Node rank 0: listen for the other nodes and wait until all of them have joined; False when stopped."""
+        if self.cfg.dist_init_addr is None:
+            self._never_meets()
+            await self._stopped.wait()
+            return False
+        port = parse_dist_init_addr(self.cfg.dist_init_addr).port
+        self.group = GroupLeader(self.bind, port, self.cfg.nnodes, lambda rank, why: self._node_lost(why))
+        await self.group.start()
+        return await self._until_stopped(self.group.complete.wait()) is not None
+
+    def _build_worker_app(self) -> web.Application:
+        """The dummy health-check server of a node with rank >= 1: only `facts.worker_routes`, each always 200, and
+        the metrics exporter with --enable-metrics (add_prometheus_middleware; the samples the node's own scheduler
+        ranks would export are not emulated: it answers none)."""
+        app = web.Application(middlewares=[self._fastapi_errors])
+
+        async def ok(request: web.Request) -> web.Response:
+            return web.Response(status=200)
+
+        async def no_samples(request: web.Request) -> web.Response:
+            from prometheus_client import CONTENT_TYPE_LATEST
+
+            return web.Response(body=b"", headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        for route in self.facts.worker_routes:
+            for method in route.methods:
+                app.router.add_route(method, route.path, ok)
+        if self.cfg.enable_metrics:
+            app.router.add_route("GET", "/metrics", no_samples)
+            app.router.add_route("GET", "/metrics/{rest:.*}", no_samples)
+        return app
+
+    async def _run_worker_node(self) -> int:
+        """Node rank >= 1: join the group, load, serve the dummy health-check server until the group ends."""
+        cfg = self.cfg
+        log.info(
+            "emulated SGLang %s node rank %d of %d (%s): no tokenizer and no HTTP API on this node",
+            cfg.version,
+            cfg.node_rank,
+            cfg.nnodes,
+            self.pod_name,
+        )
+        if cfg.dist_init_addr is None:
+            self._never_meets()
+            await self._stopped.wait()
+            return self.exit_code
+        address = parse_dist_init_addr(cfg.dist_init_addr)
+        member: GroupMember | None = None
+        try:
+            joined = await self._until_stopped(
+                GroupMember.join(address, cfg.node_rank, cfg.nnodes, self.resolver.resolve, self.bind)
+            )
+            if joined is None:
+                return self.exit_code
+            try:
+                member = joined.result()
+            except GroupError as error:
+                log.error("Scheduler hit an exception: RuntimeError: the group refused this node: %s", error)
+                return 1
+            started = await self._until_stopped(member.wait_start())
+            if started is None:
+                return self.exit_code
+            if not started.result():
+                self._node_lost(f"the connection to the group's leader {member.leader} was lost")
+            end = asyncio.ensure_future(member.wait_end())
+            self._tasks.add(end)
+            log.info("emulator: loading the model (emulated, %.1fs)", self.options.load_seconds)
+            loading = asyncio.ensure_future(asyncio.sleep(self.options.load_seconds))
+            stopped = asyncio.ensure_future(self._stopped.wait())
+            await asyncio.wait({end, loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            loading.cancel()
+            stopped.cancel()
+            if self._stopped.is_set():
+                return self.exit_code
+            if not end.done():
+                if self.options.fail == "load-failure":
+                    return self._load_failed()
+                self._runner = web.AppRunner(
+                    self._build_worker_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+                )
+                await self._runner.setup()
+                await web.TCPSite(self._runner, host=self.bind, port=cfg.port, reuse_address=True).start()
+                if cfg.version == "0.5.2":
+                    log.info("Starting dummy health check server at %s:%d", self.bind, cfg.port)
+                else:
+                    log.info("Dummy health check server started in background thread at %s:%d", self.bind, cfg.port)
+                if await self._until_stopped(asyncio.shield(end)) is None:
+                    return self.exit_code
+            if end.result() == "shutdown":
+                log.info("node rank %d: the leader shut the group down (ShutdownReq): exiting", cfg.node_rank)
+                return 0
+            self._node_lost(f"the connection to the group's leader {member.leader} was lost")
+            return 1  # not reached: _node_lost kills the process
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if member is not None:
+                member.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
             await self.engine.close()

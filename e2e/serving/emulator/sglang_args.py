@@ -66,6 +66,11 @@ TYPED: Final[dict[str, Callable[[str], Any]]] = {
     "--data-parallel-size": int,
     "--pp-size": int,
     "--pipeline-parallel-size": int,
+    # Multi-node (one server over several pods): 0.5.2 server_args.py:1414-1425 (str, int, int);
+    # 0.5.23 arg_groups/fields/parallel.py:32-44.
+    "--nnodes": int,
+    "--node-rank": int,
+    "--dist-init-addr": str,
 }
 CHOICES: Final[dict[str, tuple[str, ...]]] = {
     # 0.5.2 server_args.py:2057-2062; 0.5.23 arg_groups/fields/disagg.py:55-58.
@@ -239,6 +244,12 @@ class ServerConfig:
     enable_multi_layer_eagle: bool
     given: dict[str, Any]
     """Every option given, canonical option -> value (what /server_info reports besides the fields above)."""
+    nnodes: int = 1
+    """Nodes (pods) this one server spans; defaults 1 and 0 (0.5.2 server_args.py:233-234, 0.5.23
+    arg_groups/fields/parallel.py:43-44)."""
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    """`host:port` of the group's rendezvous (torch.distributed's TCPStore on node rank 0)."""
 
     @property
     def attn_tp_size(self) -> int:
@@ -308,6 +319,9 @@ def server_config(version: Version, argv: Sequence[str]) -> ServerConfig:
         speculative_use_rejection_sampling=bool(parsed.get("--speculative-use-rejection-sampling", False)),
         enable_multi_layer_eagle=bool(parsed.get("--enable-multi-layer-eagle", False)),
         given=dict(parsed.values),
+        nnodes=int(parsed.get("--nnodes", 1)),
+        node_rank=int(parsed.get("--node-rank", 0)),
+        dist_init_addr=parsed.get("--dist-init-addr"),
     )
 
 

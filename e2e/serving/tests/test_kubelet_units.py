@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from e2e.cluster.processes import alive
-from e2e.serving.events import event_object
-from e2e.serving.kubelet import Backoff, exit_code_of, pod_grace, prestop_pause
+from e2e.serving.events import EventRecorder, event_object
+from e2e.serving.kubelet import Backoff, PodWorker, Runtime, Settings, exit_code_of, pod_grace, prestop_pause
 from e2e.serving.plan import ProcessPlan, container_env, load_launcher
 from e2e.serving.podenv import EnvError, expand, resolve_container, resolve_env
 from e2e.serving.podstatus import ContainerView, running, status_patch, terminated, waiting
@@ -454,3 +454,74 @@ def test_prestop_pause_reads_only_pausing_hooks() -> None:
     assert prestop_pause({"exec": {"command": ["sh", "-c", "sleep 5"]}}) is None
     assert prestop_pause({"exec": {"command": ["sleep", "forever"]}}) is None
     assert prestop_pause(None) is None
+
+
+# ---- a pod with a liveness probe only (a LeaderWorkerSet worker) --------------------------------------------------
+
+
+class StatusApi:
+    """What a PodWorker calls on the API server: status patches (recorded), Events (accepted), no ConfigMaps."""
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+        self.patches: list[dict[str, Any]] = []
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append(patch)
+        return {"metadata": {"uid": self.uid}, "status": patch["status"]}
+
+    def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        return {}
+
+    def source_data(self, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        return None
+
+
+def test_a_container_with_only_a_liveness_probe_is_ready_once_it_runs(tmp_path: Path) -> None:
+    """What the kubelet does without a readiness (or startup) probe, e.g. for a worker pod of a multi-node server,
+    whose operator renders a liveness probe only: the container is started and ready as soon as it runs; its
+    liveness probe runs meanwhile and does not gate readiness."""
+    from e2e.serving.tests.launcher import FakeServerLauncher
+
+    with socket.socket() as free:
+        free.bind(("127.98.0.8", 0))
+        port = free.getsockname()[1]
+    liveness = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 1, "initialDelaySeconds": 3}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "llama-decode-0-1", "namespace": "ns", "uid": "u-lws"},
+        "spec": {
+            "containers": [
+                {"name": "sglang", "command": ["fakeserver", "http", "--port", str(port)], "livenessProbe": liveness}
+            ]
+        },
+        "status": {"phase": "Running", "podIP": "127.98.0.8"},
+    }
+    api = StatusApi("u-lws")
+
+    def ready_in(patch: dict[str, Any]) -> bool:
+        conditions = {c["type"]: c["status"] for c in patch["status"]["conditions"]}
+        return conditions["Ready"] == "True" and patch["status"]["containerStatuses"][0]["ready"] is True
+
+    async def run() -> float:
+        runtime = Runtime(
+            api,  # type: ignore[arg-type]
+            FakeServerLauncher(),
+            EventRecorder(api),  # type: ignore[arg-type]
+            ProcessTable(tmp_path / "processes.json"),
+            tmp_path / "logs",
+            Settings(),
+        )
+        worker = PodWorker(runtime, pod)
+        started = time.monotonic()
+        worker.start()
+        try:
+            while not any(ready_in(patch) for patch in api.patches):
+                assert time.monotonic() - started < 10, api.patches
+                await asyncio.sleep(0.05)
+            return time.monotonic() - started
+        finally:
+            worker.shutdown(2.0)
+            await worker.wait()
+
+    took = asyncio.run(run())
+    assert took < 3, "ready before the liveness probe's first run (initialDelaySeconds 3)"

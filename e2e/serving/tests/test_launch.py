@@ -39,3 +39,36 @@ def test_pool_pod_plan_carries_the_revision() -> None:
     split = plan.argv.index("--")
     assert plan.argv[split - 2 : split] == ["--emulate", f"revision={FINGERPRINT}"]
     assert plan.argv[split + 1 :] == ["--model-path", "m"]
+
+
+def test_leaderworkerset_worker_pod_plan() -> None:
+    """A worker pod of a LeaderWorkerSet group: the kubelet expands the LWS env into the args, the emulator gets the
+    expanded values (ints and a pod DNS name), its namespace and the runner's kubeconfig for the cluster-DNS
+    stand-in; the name itself stays in the argv (resolved at connect time)."""
+    from e2e.serving.emulator.sglang_args import server_config
+    from e2e.serving.podenv import resolve_container
+
+    pod = pool_pod({"app.kubernetes.io/version": "0.5.23", "leaderworkerset.sigs.k8s.io/worker-index": "1"}, {})
+    pod["spec"] = {"hostname": "llama-decode-0-1", "subdomain": "llama-decode"}
+    container = {
+        "name": "sglang",
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": ["--model-path", "m", "--tp-size", "16", "--host", "0.0.0.0", "--nnodes", "$(LWS_GROUP_SIZE)",
+                 "--node-rank", "$(LWS_WORKER_INDEX)", "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000"],
+        # As the LWS pod webhook injects them.
+        "env": [{"name": "LWS_LEADER_ADDRESS", "value": "llama-decode-0.llama-decode.ns"},
+                {"name": "LWS_GROUP_SIZE", "value": "2"}, {"name": "LWS_WORKER_INDEX", "value": "1"}],
+    }  # fmt: skip
+    resolved = resolve_container(pod, container, lambda kind, namespace, name: None).container
+    plan = ServingLauncher(admin_kubeconfig="/state/admin.kubeconfig").plan(pod, resolved)
+    assert plan is not None
+    split = plan.argv.index("--")
+    ours = plan.argv[:split]
+    assert ours[ours.index("--namespace") + 1] == "ns"
+    assert ours[ours.index("--kubeconfig") + 1] == "/state/admin.kubeconfig"
+    sglang = plan.argv[split + 1 :]
+    assert sglang[sglang.index("--dist-init-addr") + 1] == "llama-decode-0.llama-decode.ns:20000"
+    cfg = server_config("0.5.23", sglang)
+    assert (cfg.nnodes, cfg.node_rank, cfg.dist_init_addr) == (2, 1, "llama-decode-0.llama-decode.ns:20000")
+    without = ServingLauncher(admin_kubeconfig="").plan(pod, resolved)
+    assert without is not None and "--kubeconfig" not in without.argv

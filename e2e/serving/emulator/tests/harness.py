@@ -137,10 +137,12 @@ class Stack:
         args: Sequence[str] | None = None,
         env: dict[str, str] | None = None,
         drain_timeout: float | None = None,
+        options: Sequence[str] = (),
     ) -> Proc:
+        """An emulator on `ip(host)`; `options` go before `--` (e.g. `--namespace`, `--kubeconfig`)."""
         ip = self.ip(host)
         argv = [sys.executable, "-m", "e2e.serving.emulator", "--sglang-version", version, "--bind", ip]
-        argv += ["--pod-name", f"{role}-{host}"]
+        argv += ["--pod-name", f"{role}-{host}", *options]
         for item in emulate:
             argv += ["--emulate", item]
         if drain_timeout is not None:

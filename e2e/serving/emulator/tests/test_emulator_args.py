@@ -92,6 +92,18 @@ def test_rejections(version: str, argv: list[str], message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_multi_node_options(version: str) -> None:
+    """What a LeaderWorkerSet pod passes once the kubelet expanded $(LWS_LEADER_ADDRESS) and $(LWS_WORKER_INDEX)."""
+    argv = ["--model-path", "m", "--tp", "4", "--nnodes", "2", "--node-rank", "1"]
+    cfg = server_config(version, [*argv, "--dist-init-addr", "g-0.g.ns:20000"])  # type: ignore[arg-type]
+    assert (cfg.nnodes, cfg.node_rank, cfg.dist_init_addr) == (2, 1, "g-0.g.ns:20000")
+    legacy = server_config(version, ["--model-path", "m", "--nccl-init-addr", "h:1"])  # type: ignore[arg-type]
+    assert (legacy.nnodes, legacy.node_rank, legacy.dist_init_addr) == (1, 0, "h:1")
+    with pytest.raises(ArgvError, match=r"argument --node-rank: invalid int value: '\$\(LWS_WORKER_INDEX\)'"):
+        parse(version, ["--model-path", "m", "--node-rank", "$(LWS_WORKER_INDEX)"])  # type: ignore[arg-type]
+
+
 def test_flags_of_one_release_only() -> None:
     argv = ["--model-path", "m", "--enable-multi-layer-eagle", "--speculative-use-rejection-sampling"]
     with pytest.raises(ArgvError, match="unrecognized arguments: --enable-multi-layer-eagle"):
@@ -218,6 +230,10 @@ CASES: list[list[str]] = [
     ["--model-path", "m", "--enable-multi-layer-eagle"],
     ["--model-path", "m", "--cuda-graph-bs", "1", "2", "4", "--page-size", "16"],
     ["--model-path=m", "--served-model-name=s", "--dtype=float16"],
+    ["--model-path", "m", "--tp-size", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr",
+     "llama-decode-0.llama-decode.ns:20000"],
+    ["--model-path", "m", "--nccl-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "0"],
+    ["--model-path", "m", "--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)"],
 ]  # fmt: skip
 DESTS_COMPARED = {
     "--model-path": "model_path",
@@ -231,6 +247,9 @@ DESTS_COMPARED = {
     "--speculative-num-steps": "speculative_num_steps",
     "--speculative-eagle-topk": "speculative_eagle_topk",
     "--speculative-num-draft-tokens": "speculative_num_draft_tokens",
+    "--nnodes": "nnodes",
+    "--node-rank": "node_rank",
+    "--dist-init-addr": "dist_init_addr",
 }
 
 

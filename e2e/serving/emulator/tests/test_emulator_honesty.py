@@ -54,6 +54,33 @@ def test_http_routes_are_where_facts_says(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_worker_node_routes_are_where_facts_says(version: str) -> None:
+    """The dummy health-check server of a node with rank >= 1: every route facts lists is declared where it says, and
+    launch_dummy_health_check_server declares no other (it adds the metrics exporter with --enable-metrics)."""
+    routes = facts.facts_for(version).worker_routes
+    for route in routes:
+        window = _line(version, route.source)
+        assert _declares_route(window, route.path), f"{version}: {route.path} not at {route.source}:\n{window}"
+    path = routes[0].source.rpartition(":")[0]
+    source = read(version, path)
+    body = source[source.index("def launch_dummy_health_check_server") :]
+    body = body[: body.index("\ndef ", 1)]
+    assert sorted(re.findall(r'@app\.get\("([^"]+)"\)', body)) == sorted(r.path for r in routes)
+    assert "if enable_metrics:\n        add_prometheus_middleware(app)" in body
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_worker_node_serves_exactly_those_routes(version: facts.Version) -> None:
+    args = [*sglang_args("decode"), "--tp-size", "2", "--nnodes", "2", "--node-rank", "1"]
+    cfg = server_config(version, [*args, "--dist-init-addr", "h:20000"])
+    server = EmulatorServer(cfg, parse_options([]), bind="127.0.0.1", pod_name="p", drain_timeout=1)
+    app = server._build_worker_app()
+    served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
+    expected = {(m, rt.path) for rt in facts.facts_for(version).worker_routes for m in rt.methods}
+    assert served == expected | {("GET", "/metrics"), ("GET", "/metrics/{rest}")}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_bootstrap_routes_are_where_facts_says(version: str) -> None:
     for route in facts.facts_for(version).bootstrap_routes:
         window = _line(version, route.source)
@@ -174,6 +201,49 @@ NEEDLES = [
             ("sglang/srt/entrypoints/engine.py", "Received sigquit from a child process. It usually means the child"),
         )
     ),
+]
+
+
+# Multi-node (group.py, server.py, cli.py): the code the comments cite is where they say (the cited line and the
+# four after it contain the needle), and the messages the emulator logs are SGLang's.
+CITED = [
+    ("0.5.2", "sglang/srt/entrypoints/engine.py:805", "if server_args.node_rank >= 1:"),
+    ("0.5.2", "sglang/srt/entrypoints/engine.py:817", "launch_dummy_health_check_server("),
+    ("0.5.2", "sglang/srt/entrypoints/engine.py:695", "def launch_phase_sigquit_handler"),
+    ("0.5.2", "sglang/srt/managers/scheduler.py:1094", "broadcast_pyobj("),
+    ("0.5.2", "sglang/srt/model_executor/model_runner.py:619", 'dist_init_method = f"tcp://{self.server_args.dist_'),
+    ("0.5.2", "sglang/srt/managers/tokenizer_manager.py:1042", "signal.SIGTERM, signal_handler.sigterm_handler"),
+    ("0.5.2", "sglang/srt/server_args.py:2251", '% self.nnodes == 0, "tp_size must be divisible by number of nodes"'),
+    ("0.5.2", "sglang/srt/server_args.py:2623", 'elif server_args.dist_init_addr.startswith("["):'),
+    ("0.5.2", "sglang/srt/server_args.py:233", "nnodes: int = 1"),
+    ("0.5.2", "sglang/srt/server_args.py:1414", '"--dist-init-addr",'),
+    ("0.5.2", "sglang/srt/server_args.py:1421", '"--nnodes", type=int'),
+    ("0.5.2", "sglang/srt/server_args.py:1424", '"--node-rank", type=int'),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py:1234", "if get_parallel().node_rank >= 1:"),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py:1281", "launch_dummy_health_check_server("),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py:1264", "def sigterm_handler(signum, frame):"),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py:1976", "def launch_phase_sigquit_handler"),
+    ("0.5.23", "sglang/srt/managers/scheduler_components/request_receiver.py:204", "broadcast_pyobj("),
+    ("0.5.23", "sglang/srt/managers/tokenizer_manager.py:3544", "self._dispatch_to_scheduler(ShutdownReq())"),
+    ("0.5.23", "sglang/srt/distributed/bootstrap.py:241", "elif get_parallel().dist_init_addr:"),
+    ("0.5.23", "sglang/srt/arg_groups/validation_hook.py:179", "% cfg.nnodes == 0"),
+    ("0.5.23", "sglang/srt/arg_groups/fields/parallel.py:43", "nnodes: A[int"),
+    ("0.5.23", "sglang/srt/arg_groups/fields/parallel.py:32", "dist_init_addr: A["),
+]
+
+
+@pytest.mark.parametrize(("version", "citation", "needle"), CITED)
+def test_multi_node_citations_point_at_the_code(version: str, citation: str, needle: str) -> None:
+    window = _line(version, citation)
+    assert needle in window, f"{version} {citation}:\n{window}"
+
+
+NEEDLES += [
+    ("0.5.2", "sglang/srt/utils.py", 'logger.info(f"Starting dummy health check server at {host}:{port}")'),
+    ("0.5.23", "sglang/srt/utils/common.py", 'f"Dummy health check server started in background thread at '),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py", 'f"SIGTERM received on node_rank {get_parallel().node_rank}; "'),
+    ("0.5.23", "sglang/srt/entrypoints/engine.py", '"waiting for the rank-0 ShutdownReq broadcast to stop "'),
+    ("0.5.23", "sglang/srt/arg_groups/validation_hook.py", '"tp_size must be divisible by number of nodes"'),
 ]
 
 
