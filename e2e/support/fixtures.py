@@ -27,6 +27,7 @@ __all__ = ["Cluster", "CommandFailed"]
 STATE_ROOT = Path(__file__).resolve().parents[2] / ".state"
 TEST_PORT_BASE = 17379
 PORTS_PER_CLUSTER = 10
+SESSION_NODES = 6
 
 
 BACKENDS = ("local", "kind-gpu")
@@ -106,7 +107,9 @@ def cluster() -> Iterator[Cluster]:
     # One cluster per pytest process: two sessions running at once (a developer and an editor plugin, say) must not
     # share, or tear down, each other's control plane.
     local = LocalCluster(STATE_ROOT / f"test-cluster-{os.getpid()}")
-    state = local.up(port_base=_free_port_base())
+    # Six 8-GPU nodes: the multi-node example alone takes four whole nodes (two tp16 groups of two pods), and the
+    # pods of the previous test may still hold theirs while its namespace goes.
+    state = local.up(port_base=_free_port_base(), nodes=NodeShape(count=SESSION_NODES))
     try:
         yield Cluster(state.kubeconfig, local=True)
     finally:

@@ -18,7 +18,7 @@ from e2e.support.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-CHILD_KINDS = "deployments,services,poddisruptionbudgets,serviceaccounts,roles,rolebindings"
+CHILD_KINDS = "deployments,leaderworkersets,services,poddisruptionbudgets,serviceaccounts,roles,rolebindings"
 DEFAULT_BOOTSTRAP_PORT = 8998
 DEFAULT_ROUTER_PORT = 30000
 
@@ -81,12 +81,24 @@ def deployment(cluster: Cluster, namespace: str, service_name: str, role: str) -
     return items[0]
 
 
-def expected_children(name: str, fingerprint: str) -> list[str]:
+def nodes_per_instance(obj: dict[str, Any], role: str) -> int:
+    """spec.<role>.nodesPerInstance of a service manifest (1 when unset, and for the router)."""
+    return int((obj["spec"].get(role) or {}).get("nodesPerInstance", 1)) if role in ("prefill", "decode") else 1
+
+
+def workload_kind(obj: dict[str, Any], role: str) -> str:
+    """The kind a role of service `obj` runs as: a LeaderWorkerSet for a multi-node pool, else a Deployment."""
+    return "LeaderWorkerSet" if nodes_per_instance(obj, role) > 1 else "Deployment"
+
+
+def expected_children(name: str, fingerprint: str, obj: dict[str, Any] | None = None) -> list[str]:
     """`Kind/name` of everything the operator creates for service `name` whose spec has `fingerprint`, sorted: the
-    Deployments of that revision (`<name>-<role>-<revision>`) and the children the revisions share."""
+    workloads of that revision (`<name>-<role>-<revision>`: Deployments, or LeaderWorkerSets for the multi-node pools
+    of `obj`) and the children the revisions share."""
     revision = names.revision_name(fingerprint)
+    kinds = {r: workload_kind(obj, r) if obj is not None else "Deployment" for r in ("prefill", "decode", "router")}
     return sorted(
-        [f"Deployment/{name}-{r}-{revision}" for r in ("prefill", "decode", "router")]
+        [f"{kinds[r]}/{name}-{r}-{revision}" for r in ("prefill", "decode", "router")]
         + [f"Service/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"PodDisruptionBudget/{name}-{r}" for r in ("prefill", "decode", "router")]
         + [f"{k}/{name}-router" for k in ("ServiceAccount", "Role", "RoleBinding")]
@@ -173,6 +185,10 @@ def check_rendered_pods(
             assert pod["spec"]["nodeName"].startswith(node_prefix), where
         assert pod["status"]["phase"] == "Running", where
         container = pod["spec"]["containers"][0]
+        if nodes_per_instance(obj, role) > 1:
+            check_group_member(pod, obj, role)
+            if pod["metadata"]["labels"][LWS_WORKER_INDEX] != "0":
+                continue  # a worker serves no API: no bootstrap port, annotation or disaggregation to check
         if role == "prefill":
             assert pod["metadata"]["annotations"]["sglang.ai/bootstrap-port"] == bootstrap, where
             assert {"name": "bootstrap", "containerPort": int(bootstrap), "protocol": "TCP"} in container["ports"]
@@ -184,6 +200,9 @@ def check_rendered_pods(
         assert pod["metadata"]["labels"]["disaggspec.io/spec-fingerprint"] == fingerprint, where
         assert container["securityContext"].get("privileged") is False, where
         assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1, where
+        if nodes_per_instance(obj, role) > 1:
+            gpus_per_node = int(obj["spec"][role].get("gpusPerNode", 8))
+            assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == gpus_per_node, where
         rdma = transfer.get("rdma")
         if rdma:
             assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"], where
@@ -193,3 +212,36 @@ def check_rendered_pods(
                 annotation = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
                 assert annotation == ",".join(rdma["networks"]), where
     return found
+
+
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+
+
+def _flag(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """`$(VAR)` references in a container argument expanded as kubelet does (unknown names are left as written)."""
+    for key, replacement in env.items():
+        value = value.replace(f"$({key})", replacement)
+    return value
+
+
+def check_group_member(pod: dict[str, Any], obj: dict[str, Any], role: str) -> None:
+    """Assert that a pod of a multi-node pool runs its rank of the group: `--nnodes`, `--node-rank` (the LWS worker
+    index, after kubelet's `$(VAR)` expansion of the env the LeaderWorkerSet webhook injected), `--dist-init-addr` at
+    the group leader's stable name, and the same `--tp-size` as every other pod of the group."""
+    labels, where = pod["metadata"]["labels"], f"pod {pod['metadata']['name']} ({role})"
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    command = [kubelet_expand(arg, env) for arg in container["command"]]
+    lws, group, namespace = labels[LWS_NAME], labels[LWS_GROUP_INDEX], pod["metadata"]["namespace"]
+    assert _flag(command, "--nnodes") == str(nodes_per_instance(obj, role)), where
+    assert _flag(command, "--node-rank") == labels[LWS_WORKER_INDEX] == env["LWS_WORKER_INDEX"], where
+    host, _, port = _flag(command, "--dist-init-addr").rpartition(":")
+    assert host == f"{lws}-{group}.{lws}.{namespace}" == env["LWS_LEADER_ADDRESS"], where
+    assert port.isdigit(), where
+    assert _flag(command, "--tp-size") == str(obj["spec"][role].get("tensorParallelSize", 1)), where

@@ -55,7 +55,7 @@ def test_every_example_reaches_ready_with_wired_pods(
     workloads.wait_ready(cluster, namespace, name)
     dss = workloads.check_service_status(cluster, namespace, obj)
     fingerprint = dss["status"]["specFingerprint"]
-    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name, fingerprint)
+    assert workloads.child_names(cluster, namespace, name) == workloads.expected_children(name, fingerprint, obj)
     workloads.check_rendered_pods(cluster, namespace, obj, fingerprint)
     printed = cluster.kubectl("get", "dss", name, "-n", namespace).stdout
     assert "True" in printed.splitlines()[1], printed  # the Ready printer column
@@ -108,6 +108,71 @@ def test_editing_the_draft_rolls_both_pools_and_the_router_follows(
         timeout=120,
     )
     workloads.check_rendered_pods(cluster, namespace, obj, after)
+
+
+def _group_pods(cluster: Cluster, namespace: str, name: str, role: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The pods of a multi-node pool by (group index, worker index)."""
+    found = {}
+    for pod in workloads.pods(cluster, namespace, name):
+        labels = pod["metadata"]["labels"]
+        if labels.get("disaggspec.io/role") == role and not pod["metadata"].get("deletionTimestamp"):
+            found[(labels[workloads.LWS_GROUP_INDEX], labels[workloads.LWS_WORKER_INDEX])] = pod
+    return found
+
+
+@pytest.mark.local_only
+def test_a_multi_node_pool_runs_as_groups_and_a_lost_worker_recreates_its_group(
+    operator: InstalledOperator, cluster: Cluster, namespace: str
+) -> None:
+    obj = workloads.load(workloads.example("multinode"))
+    name = obj["metadata"]["name"]
+    _apply(cluster, namespace, obj)
+    workloads.wait_ready(cluster, namespace, name, timeout=150)
+    dss = workloads.get(cluster, namespace, "dss", name)
+    for role in ("prefill", "decode"):
+        size = workloads.nodes_per_instance(obj, role)
+        assert size > 1, role
+        groups = _group_pods(cluster, namespace, name, role)
+        # Status counts instances (groups), each of `size` pods, one of them the leader.
+        assert dss["status"][role]["readyReplicas"] == obj["spec"][role]["replicas"], dss["status"][role]
+        assert len(groups) == obj["spec"][role]["replicas"] * size, sorted(groups)
+        assert {worker for _, worker in groups} == {str(i) for i in range(size)}
+        # The router's discovery selector (its own pods' labels, as the router lists them) matches the leaders only.
+        router = workloads.deployment(cluster, namespace, name, "router")
+        command = router["spec"]["template"]["spec"]["containers"][0]["command"]
+        flag = command.index(f"--{role}-selector")
+        selector = []
+        for arg in command[flag + 1 :]:
+            if arg.startswith("--"):
+                break
+            selector.append(arg)
+        selected = workloads.get(cluster, namespace, "pods", "-l", ",".join(selector))["items"]
+        leaders = {p["metadata"]["name"] for (_, worker), p in groups.items() if worker == "0"}
+        assert {p["metadata"]["name"] for p in selected} == leaders, selector
+
+    groups = _group_pods(cluster, namespace, name, "prefill")
+    leader_uid = groups[("0", "0")]["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", groups[("0", "1")]["metadata"]["name"], "-n", namespace, "--wait=false")
+    # RecreateGroupOnPodRestart: the LeaderWorkerSet controller replaces the whole group, leader included.
+    cluster.wait_for(
+        "the group's leader to be recreated",
+        lambda: (
+            (pod := _group_pods(cluster, namespace, name, "prefill").get(("0", "0"))) is not None
+            and pod["metadata"]["uid"] != leader_uid
+        ),
+        timeout=60,
+    )
+    whole = obj["spec"]["prefill"]["replicas"] * workloads.nodes_per_instance(obj, "prefill")
+    cluster.wait_for(
+        "the recreated group to run whole",
+        lambda: (
+            len(pods := _group_pods(cluster, namespace, name, "prefill")) == whole
+            and all(p["status"].get("phase") == "Running" for p in pods.values())
+        ),
+        timeout=90,
+    )
+    workloads.wait_ready(cluster, namespace, name, timeout=120)
+    workloads.check_rendered_pods(cluster, namespace, obj, dss["status"]["specFingerprint"])
 
 
 def test_deleting_a_service_garbage_collects_every_child(

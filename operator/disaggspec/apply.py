@@ -46,6 +46,8 @@ class Kind:
     api_version: str
     kind: str
     plural: str
+    optional: bool = False
+    """An API a cluster may lack (a CRD another project installs): its absence is a state to report, not an error."""
 
     def collection(self, namespace: str | None) -> str:
         """The REST collection in `namespace`, or across all namespaces when None."""
@@ -65,8 +67,19 @@ SERVICE = Kind("v1", "Service", "services")
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
 POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 JOB = Kind("batch/v1", "Job", "jobs")
+LEADER_WORKER_SET = Kind(c.LWS_API_VERSION, c.LWS_KIND, "leaderworkersets", optional=True)
+"""Multi-node pools (`spec.<pool>.nodesPerInstance` > 1); the LeaderWorkerSet CRD and controller are a prerequisite."""
 # Every kind the operator renders, owns, watches and prunes.
-OWNED_KINDS: tuple[Kind, ...] = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, SERVICE, POD_DISRUPTION_BUDGET, DEPLOYMENT, JOB)
+OWNED_KINDS: tuple[Kind, ...] = (
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    DEPLOYMENT,
+    JOB,
+    LEADER_WORKER_SET,
+)
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
 SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
 EVENT = Kind("v1", "Event", "events")
@@ -298,7 +311,7 @@ class Client:
 # before the first pod can be evicted. The model cache's fill Job goes first: the pool pods wait for what it writes.
 APPLY_WAVES: tuple[tuple[Kind, ...], ...] = (
     (SERVICE_ACCOUNT, ROLE, SERVICE, POD_DISRUPTION_BUDGET, JOB),
-    (ROLE_BINDING, DEPLOYMENT),
+    (ROLE_BINDING, DEPLOYMENT, LEADER_WORKER_SET),
 )
 _WAVE_OF = {(kind.api_version, kind.kind): index for index, wave in enumerate(APPLY_WAVES) for kind in wave}
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="apply")

@@ -106,7 +106,10 @@ def _env_index(manifest: Mapping[str, Any], container: str | None, index: str | 
     keyed = re.fullmatch(r'name="(.*)"', index)
     if keyed:
         return keyed.group(1)
-    containers = manifest.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    spec = manifest.get("spec", {})
+    # A LeaderWorkerSet's two templates carry the same env (the pool's), so the leader's names the index.
+    template = spec.get("template") or spec.get("leaderWorkerTemplate", {}).get("leaderTemplate", {})
+    containers = template.get("spec", {}).get("containers", [])
     position = int(container) if container is not None and container.isdigit() else 0
     try:
         env = containers[position].get("env", [])
@@ -128,7 +131,16 @@ def spec_field(field: str, manifest: Mapping[str, Any], spec: Mapping[str, Any])
     keys = [key for key, _ in parts]
     if manifest.get("kind") == "Service" and role == c.ROLE_ROUTER and keys[:2] == ["spec", "type"]:
         return "spec.router.serviceType"
-    if manifest.get("kind") != "Deployment" or block is None:
+    if manifest.get("kind") == c.LWS_KIND and keys[:2] == ["spec", "leaderWorkerTemplate"]:
+        if keys[2:3] == ["size"]:
+            return f"{block}.nodesPerInstance" if pool else None
+        if keys[2:3] in (["leaderTemplate"], ["workerTemplate"]):
+            # Either pod template of a multi-node group comes from the same pool fields as a Deployment's.
+            parts = [("spec", None), ("template", None), *parts[3:]]
+            keys = [key for key, _ in parts]
+    elif manifest.get("kind") != "Deployment" or block is None:
+        return None
+    if block is None:
         return None
     if keys == ["spec", "replicas"]:
         return f"{block}.replicas"

@@ -60,6 +60,13 @@ READY_CHILD_REFUSED: Final = ConditionReason(
     "ChildRefused",
     "The API server refuses a child of the current spec, so the spec is not applied; see Degraded.",
 )
+READY_API_MISSING: Final = ConditionReason(
+    c.CONDITION_READY,
+    "False",
+    "ApiMissing",
+    "The spec needs an API the cluster does not serve (a multi-node pool needs LeaderWorkerSet); nothing of the "
+    "spec is applied; see Degraded.",
+)
 READY_RENDER_FAILED: Final = ConditionReason(
     c.CONDITION_READY,
     "False",
@@ -117,6 +124,9 @@ PROGRESSING_INVALID_SPEC: Final = ConditionReason(
 PROGRESSING_CHILD_REFUSED: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "ChildRefused", "Nothing rolls out while a child is refused; see Degraded."
 )
+PROGRESSING_API_MISSING: Final = ConditionReason(
+    c.CONDITION_PROGRESSING, "False", "ApiMissing", "Nothing rolls out while a needed API is missing; see Degraded."
+)
 PROGRESSING_RENDER_FAILED: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "RenderFailed", "Nothing rolls out while rendering fails."
 )
@@ -137,6 +147,16 @@ DEGRADED_CHILD_REFUSED: Final = ConditionReason(
     "deleted again. The message names each child, what is wrong and, where it is clear, the spec field it comes "
     "from. Retried with backoff (up to a minute), so it clears by itself once the namespace allows the child. With "
     "the webhook up, such a spec is refused at admission with the same message.",
+)
+DEGRADED_API_MISSING: Final = ConditionReason(
+    c.CONDITION_DEGRADED,
+    "True",
+    "ApiMissing",
+    "A pool with spec.<pool>.nodesPerInstance > 1 is a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), and the "
+    "cluster does not serve that API: install the LeaderWorkerSet controller (" + c.LWS_MIN_VERSION + " or newer; "
+    "charts/disaggspec-operator/README.md) or set nodesPerInstance to 1. Nothing of the spec is applied (the "
+    "children of the previous spec keep running); the operator looks for the API again every 30 s and applies the "
+    "spec once it is there.",
 )
 DEGRADED_ROLLOUT_STUCK: Final = ConditionReason(
     c.CONDITION_DEGRADED,
@@ -256,6 +276,7 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     READY_INVALID_SPEC,
     READY_APPLY_FAILED,
     READY_CHILD_REFUSED,
+    READY_API_MISSING,
     READY_RENDER_FAILED,
     READY_NAMESPACE_DENIED,
     CONSISTENT_ALL_RULES_PASSED,
@@ -266,10 +287,12 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     PROGRESSING_ROLLOUT_HELD,
     PROGRESSING_INVALID_SPEC,
     PROGRESSING_CHILD_REFUSED,
+    PROGRESSING_API_MISSING,
     PROGRESSING_RENDER_FAILED,
     PROGRESSING_NAMESPACE_DENIED,
     DEGRADED_APPLY_FAILED,
     DEGRADED_CHILD_REFUSED,
+    DEGRADED_API_MISSING,
     DEGRADED_ROLLOUT_STUCK,
     DEGRADED_AS_EXPECTED,
     SPEC_DECODE_ACCEPTING,
@@ -304,6 +327,11 @@ EVENT_CHILD_REFUSED: Final = EventReason(
     DEGRADED_CHILD_REFUSED.reason,
     "Warning",
     "Degraded turned True because the API server refuses a child; nothing was applied (once per message).",
+)
+EVENT_API_MISSING: Final = EventReason(
+    DEGRADED_API_MISSING.reason,
+    "Warning",
+    "Degraded turned True because the spec needs an API the cluster does not serve (LeaderWorkerSet).",
 )
 EVENT_RENDER_FAILED: Final = EventReason(
     CONSISTENT_RENDER_FAILED.reason,
@@ -359,6 +387,7 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_READY,
     EVENT_APPLY_FAILED,
     EVENT_CHILD_REFUSED,
+    EVENT_API_MISSING,
     EVENT_RENDER_FAILED,
     EVENT_ROLLOUT_STUCK,
     EVENT_ROLLOUT_HELD,

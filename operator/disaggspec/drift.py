@@ -67,6 +67,12 @@ MERGED_LISTS: Mapping[str, Mapping[str, ListKeys]] = {
     "RoleBinding": _METADATA_LISTS,
     "PodDisruptionBudget": _METADATA_LISTS,
     "Job": {**_METADATA_LISTS, **_pod_spec_lists("spec.template.spec")},
+    # The LeaderWorkerSet CRD (v0.9.0) declares the same pod-spec lists `x-kubernetes-list-type: map`, same keys.
+    "LeaderWorkerSet": {
+        **_METADATA_LISTS,
+        **_pod_spec_lists("spec.leaderWorkerTemplate.leaderTemplate.spec"),
+        **_pod_spec_lists("spec.leaderWorkerTemplate.workerTemplate.spec"),
+    },
 }
 """Kind -> path of each associative list (`[]` marks a step into list items) -> its key."""
 

@@ -34,6 +34,7 @@ from urllib.parse import urlencode
 
 from disaggspec import apply, metrics
 from disaggspec import constants as c
+from disaggspec.apis import AVAILABILITY, ApiAvailability
 from disaggspec.childcache import ChildCache, OwnerKey
 from disaggspec.health import HEALTH, Health
 
@@ -54,6 +55,8 @@ VERIFY_SETTLE_SECONDS = 2.0
 """A difference between the cache and a metadata LIST must still be there this much later (events in flight)."""
 EXPIRED_LIST_RETRIES = 3
 """Consecutive 410s while listing (continue token expired) before it counts as a failure (with backoff)."""
+ABSENT_RECHECK_SECONDS = 30.0
+"""How often the informer of an optional kind whose API is not served lists again (it may be installed later)."""
 
 JSON = "application/json"
 
@@ -186,6 +189,8 @@ class Informer:
         settle: float = VERIFY_SETTLE_SECONDS,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], object] | None = None,
+        availability: ApiAvailability = AVAILABILITY,
+        absent_recheck: float = ABSENT_RECHECK_SECONDS,
     ) -> None:
         self.kind = kind
         self.namespace = namespace
@@ -203,6 +208,8 @@ class Informer:
         self.backoff_cap = backoff_cap
         self.settle = settle
         self._jitter = jitter
+        self.availability = availability
+        self.absent_recheck = absent_recheck
         self._stop = threading.Event()
         self._sleep: Callable[[float], object] = sleep if sleep is not None else self._stop.wait
         self.component = f"watch/{kind.plural}" + (f"/{namespace}" if namespace else "")
@@ -303,12 +310,28 @@ class Informer:
                 return
             query["continue"] = str(token)
 
+    def _absent(self) -> None:
+        """The API of an optional kind is not served: nothing of it exists (the cache holds none), the informer is
+        synced and healthy, and it lists again after `absent_recheck` (the CRD may be installed later)."""
+        changed = self.cache.replace(self.kind.kind, self.namespace, ())
+        if self.availability.mark(self.kind, present=False):
+            log.info("%s: %s is not served by the API server", self.component, self.kind.api_version)
+        first = not self.synced.is_set()
+        self.synced.set()
+        self._working(f"{self.kind.api_version} {self.kind.kind} is not installed")
+        if changed and not first:
+            self.on_change(changed)
+        self._sleep(self.absent_recheck)
+
     def _list(self) -> None:
         for attempt in range(EXPIRED_LIST_RETRIES + 1):
             versions: list[str] = []
             try:
                 changed = self.cache.replace(self.kind.kind, self.namespace, self._pages(versions))
             except apply.ApiError as error:
+                if error.status == 404 and self.kind.optional:
+                    self._absent()
+                    return
                 if error.status != 410 or attempt == EXPIRED_LIST_RETRIES:
                     raise
                 # The continue token expired (the list took longer than the server keeps its snapshot): start over.
@@ -316,6 +339,9 @@ class Informer:
                 continue
             self.resource_version = versions[0] if versions else ""
             self._need_list = False
+            if self.kind.optional and self.availability.mark(self.kind, present=True):
+                log.info("%s: %s is served now", self.component, self.kind.api_version)
+                self.on_recovered()
             first = not self.synced.is_set()
             self.synced.set()
             self._working(f"listed at resourceVersion {self.resource_version}")
@@ -412,7 +438,7 @@ class Informer:
         Raises what the LIST raises (the caller logs it; the next period tries again).
         """
         if not self.synced.is_set() or self._need_list:
-            return True  # a full list is due anyway
+            return True  # a full list is due anyway (also while an optional kind's API is not served)
         first = self._difference()
         if not first:
             return True

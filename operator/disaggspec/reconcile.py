@@ -31,11 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from disaggspec import apply, childrefusal, metrics, render, rollout, status
+from disaggspec import apply, childrefusal, informer, metrics, render, rollout, status
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api import DisaggSpecService, DisaggSpecServiceStatus
+from disaggspec.api import DisaggSpecService, DisaggSpecServiceStatus, pool
 from disaggspec.api.v1alpha1 import RevisionStatus
+from disaggspec.apis import AVAILABILITY, ApiAvailability
 from disaggspec.childcache import ServiceCache
 from disaggspec.conditions import EventReason
 from disaggspec.config import OperatorConfig
@@ -56,6 +57,7 @@ _DEGRADED_EVENTS: Mapping[str, EventReason] = {
     r.DEGRADED_APPLY_FAILED.reason: r.EVENT_APPLY_FAILED,
     r.DEGRADED_ROLLOUT_STUCK.reason: r.EVENT_ROLLOUT_STUCK,
     r.DEGRADED_CHILD_REFUSED.reason: r.EVENT_CHILD_REFUSED,
+    r.DEGRADED_API_MISSING.reason: r.EVENT_API_MISSING,
 }
 """The Warning Event announcing each reason Degraded turns True with."""
 
@@ -89,6 +91,33 @@ class HeldOff(Exception):
     def __init__(self, retry_after: float) -> None:
         super().__init__(f"a child was refused: writing again in {retry_after:.0f}s")
         self.retry_after = retry_after
+
+
+class ApiMissing(Exception):
+    """A pass that wrote nothing because the spec needs an API the cluster does not serve; retried after
+    `retry_after` (the informer of that kind lists again as often)."""
+
+    def __init__(self, message: str, retry_after: float = informer.ABSENT_RECHECK_SECONDS) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def missing_api(service: DisaggSpecService, desired: list[dict[str, Any]], availability: ApiAvailability) -> str | None:
+    """Why `desired` cannot be applied because the cluster does not serve one of its optional kinds, or None."""
+    needs_lws = any(m["kind"] == apply.LEADER_WORKER_SET.kind for m in desired)
+    if not needs_lws or not availability.absent(apply.LEADER_WORKER_SET.api_version, apply.LEADER_WORKER_SET.kind):
+        return None
+    pools = " and ".join(
+        f"spec.{role}.nodesPerInstance is {pool(service.spec, role).nodes_per_instance}"
+        for role in rollout.POOL_ROLES
+        if pool(service.spec, role).nodes_per_instance > 1
+    )
+    return (
+        f"{pools}: a multi-node pool is a LeaderWorkerSet ({apply.LEADER_WORKER_SET.api_version}), which this "
+        f"cluster does not serve; install the LeaderWorkerSet controller {c.LWS_MIN_VERSION} or newer "
+        "(charts/disaggspec-operator/README.md, Multi-node pools) or set nodesPerInstance to 1. Nothing of this spec "
+        "is applied."
+    )
 
 
 class _Stale(Exception):
@@ -166,6 +195,7 @@ class Reconciler:
         services: ServiceCache,
         clock: Callable[[], str] = _now,
         runtime_health: RuntimeHealthFn | None = None,
+        availability: ApiAvailability = AVAILABILITY,
     ):
         self.client = client
         self.config = config
@@ -173,6 +203,8 @@ class Reconciler:
         self.services = services
         """The watch-fed services (with this operator's own status writes); a miss GETs the service."""
         self.clock = clock
+        self.availability = availability
+        """Which optional APIs the cluster serves (fed by the informers)."""
         self.runtime_health: RuntimeHealthFn = runtime_health or (lambda namespace, name: NOT_MEASURED)
         """The latest runtime-health verdict of a service (`servinghealth.Monitor.verdict`): an in-memory read."""
         self._locks: dict[tuple[str, str], threading.Lock] = {}
@@ -271,6 +303,7 @@ class Reconciler:
         failed: Exception | None = None
         fingerprint = endpoint = None
         refused: str | None = None
+        absent_api: str | None = None
         denied = namespace in self.config.denied_namespaces
         desired: list[dict[str, Any]] | None = None
         revisions = rollout.observe(name, live)
@@ -290,7 +323,11 @@ class Reconciler:
         if hold is not None and (hold.generation != generation or desired is None):
             hold = None  # an edit (or a spec with nothing to apply) is a new attempt
             del self._holds[(namespace, name)]
-        if desired is not None and hold is not None and time.monotonic() < hold.until:
+        if desired is not None and service is not None:
+            absent_api = missing_api(service, desired, self.availability)
+        if absent_api is not None:
+            failed = ApiMissing(absent_api)
+        elif desired is not None and hold is not None and time.monotonic() < hold.until:
             refused, failed = hold.message, HeldOff(hold.until - time.monotonic())
         elif desired is not None and service is not None:
             try:
@@ -319,7 +356,7 @@ class Reconciler:
                 self._holds.pop((namespace, name), None)
             metrics.CHILD_WRITES.labels("apply").inc(len(result.applied))
             metrics.CHILD_WRITES.labels("prune").inc(len(result.pruned) + len(result.rolled_back))
-        if desired is None or refused is not None:
+        if desired is None or refused is not None or absent_api is not None:
             # Nothing of this spec was applied: keep reporting what the children run (nothing, for a new service).
             fingerprint = (previous or {}).get("specFingerprint")
             endpoint = (previous or {}).get("endpoint")
@@ -335,6 +372,7 @@ class Reconciler:
             apply_error,
             namespace if denied else None,
             refused=refused,
+            missing_api=absent_api,
             render_error=render_error,
             runtime=self.runtime_health(namespace, name),
             # Only for a spec that rendered: a rejected spec's Job name says nothing about the children that run.

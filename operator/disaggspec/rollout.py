@@ -105,7 +105,7 @@ def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, L
         labels = obj.get("metadata", {}).get("labels") or {}
         fingerprint = labels.get(c.LABEL_FINGERPRINT)
         role = labels.get(c.LABEL_ROLE)
-        if obj.get("kind") != "Deployment" or labels.get(c.LABEL_SERVICE) != service_name or not fingerprint:
+        if obj.get("kind") not in WORKLOAD_KINDS or labels.get(c.LABEL_SERVICE) != service_name or not fingerprint:
             continue
         if role not in ROLES:
             continue
@@ -113,7 +113,7 @@ def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, L
         # Deployments of an operator before revisions carry no stored spec (and select every pod of their role):
         # never the current revision's, even under the same fingerprint.
         key = str(fingerprint) if names.REVISION_SPEC_ANNOTATION in annotations else LEGACY_PREFIX + str(fingerprint)
-        grouped.setdefault(key, {})[str(role)] = obj
+        grouped.setdefault(key, {})[str(role)] = as_deployment_status(obj)
     revisions: dict[str, LiveRevision] = {}
     for fingerprint, deployments in grouped.items():
         counts = {role: _count(obj) for role, obj in deployments.items()}
@@ -134,6 +134,24 @@ def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, L
             deployments,
         )
     return revisions
+
+
+WORKLOAD_KINDS: Final = frozenset({"Deployment", c.LWS_KIND})
+"""The kinds a pool runs as: a Deployment of single-node servers, a LeaderWorkerSet of multi-node groups."""
+
+
+def as_deployment_status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A live pool workload with the status fields a Deployment reports, so counting and status read one shape.
+
+    A LeaderWorkerSet counts groups (one server each): status.replicas and readyReplicas are groups, a group is
+    ready only when its leader and every worker are. It reports no availableReplicas (nor minReadySeconds): a ready
+    group is available. It reports no terminatingReplicas either: the rollout then waits its fixed retirement time.
+    """
+    if obj.get("kind") != c.LWS_KIND:
+        return obj
+    status = dict(obj.get("status") or {})
+    status.setdefault("availableReplicas", status.get("readyReplicas", 0))
+    return {**obj, "status": status}
 
 
 def _count(obj: Mapping[str, Any]) -> Count:

@@ -59,6 +59,8 @@ class Observation:
     denied_namespace: str | None = None
     """Set when the service's namespace is denied to the operator (no children are created there)."""
     refused: str | None = None
+    missing_api: str | None = None
+    """Why the spec cannot be applied: it needs an API the cluster does not serve (`apis`); nothing was applied."""
     """Why the API server refuses a child (`childrefusal.explain`), when it does; nothing of the pass was applied."""
     render_error: str | None = None
     """The error rendering raised (a bug), when it did; no child was changed."""
@@ -183,7 +185,9 @@ def conditions(observation: Observation) -> list[Condition]:
     else:
         consistent = _condition(r.CONSISTENT_ALL_RULES_PASSED, "prefill and decode agree", gen)
 
-    if observation.refused is not None:
+    if observation.missing_api is not None:
+        degraded = _condition(r.DEGRADED_API_MISSING, observation.missing_api, gen)
+    elif observation.refused is not None:
         degraded = _condition(r.DEGRADED_CHILD_REFUSED, observation.refused, gen)
     elif observation.apply_error is not None:
         degraded = _condition(r.DEGRADED_APPLY_FAILED, observation.apply_error, gen)
@@ -201,6 +205,9 @@ def conditions(observation: Observation) -> list[Condition]:
         ready = _condition(
             r.READY_RENDER_FAILED, "the operator could not render the children: see SpecConfigConsistent", gen
         )
+    elif observation.missing_api is not None:
+        progressing = _condition(r.PROGRESSING_API_MISSING, "nothing applied while a needed API is missing", gen)
+        ready = _condition(r.READY_API_MISSING, "the spec is not applied: see Degraded", gen)
     elif observation.refused is not None:
         progressing = _condition(r.PROGRESSING_CHILD_REFUSED, "nothing applied while a child is refused", gen)
         ready = _condition(r.READY_CHILD_REFUSED, "the spec is not applied: a child is refused, see Degraded", gen)

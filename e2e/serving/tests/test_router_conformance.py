@@ -23,7 +23,7 @@ from e2e.serving.launch import router_of
 from e2e.serving.routers import ensure_router_venv, router_argv
 from e2e.support.workloads import example, load
 
-EXAMPLES = ("llama", "deepseek", "eagle-topk", "rdma")
+EXAMPLES = ("llama", "r1-mtp", "eagle-topk", "rdma", "multinode")
 PARSER_MODULE = {"sglang-router": "sglang_router.launch_router", "smg": "smg.launch_router"}
 FINGERPRINT = "0123456789abcdef"
 _PARSE = """
@@ -64,8 +64,15 @@ def test_rendered_router_command_parses_with_the_pinned_router(fragment: str, ve
     assert got["pd_disaggregation"] is True and got["service_discovery"] is True
     assert got["service_discovery_namespace"] == "conformance"
     assert got["service_discovery_port"] == SERVER_PORT
-    for role, key in ((c.ROLE_PREFILL, "prefill_selector"), (c.ROLE_DECODE, "decode_selector")):
-        assert got[key] == {c.LABEL_SERVICE: name, c.LABEL_ROLE: role, c.LABEL_FINGERPRINT: FINGERPRINT}
+    pools = (
+        (c.ROLE_PREFILL, "prefill_selector", service.spec.prefill),
+        (c.ROLE_DECODE, "decode_selector", service.spec.decode),
+    )
+    for role, key, pool_spec in pools:
+        wanted = {c.LABEL_SERVICE: name, c.LABEL_ROLE: role, c.LABEL_FINGERPRINT: FINGERPRINT}
+        if pool_spec.nodes_per_instance > 1:
+            wanted[c.LWS_LABEL_WORKER_INDEX] = "0"  # a multi-node group's leader: the only pod serving the API
+        assert got[key] == wanted
     assert got["policy"] == (service.spec.router.policy or router.default_policy)
     assert got["policy"] in router.discovery_policies
     assert got["port"] == service.spec.router.port

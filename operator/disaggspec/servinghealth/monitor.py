@@ -150,6 +150,8 @@ class Monitor:
             if (
                 key in pods
                 and role in (c.ROLE_PREFILL, c.ROLE_DECODE)
+                # A multi-node group's workers serve no API and record no serving metrics: its leader speaks for it.
+                and labels.get(c.LWS_LABEL_WORKER_INDEX, "0") == "0"
                 and ready(pod)
                 and not meta.get("deletionTimestamp")
             ):

@@ -4,8 +4,12 @@ Assumed labels (what the Prometheus Operator's PodMonitor and the usual `kuberne
 `namespace` (the pod's namespace) and `pod` (the pod's name). A service's pool pods are selected by name: its
 Deployments `NAME-prefill-<revision>` and `NAME-decode-<revision>` (8 hex characters, `rollout`) name their pods
 `NAME-prefill-<revision>-<replicaset hash>-<suffix>`, so the selector
-`pod=~"NAME-(prefill|decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"` takes them, of every revision, and no other service's
-(a service named `NAME-decode` has pods `NAME-decode-decode-...`, one more dash). Counters are read with
+`pod=~"NAME-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"` takes them, of every revision, and no other
+service's (a service named `NAME-decode` has pods `NAME-decode-decode-...`, one more dash). A multi-node pool's
+LeaderWorkerSet `NAME-prefill-<revision>` names its group leaders `NAME-prefill-<revision>-<group>` (the second
+branch); its workers (`...-<group>-<worker>`) may match the first branch, but export no serving metrics (SGLang
+records them on the attention-TP rank-0 scheduler, on the leader: 0.5.2 sglang/srt/managers/scheduler.py:2484, 0.5.23
+scheduler.py:828-832), so they add no series. Counters are read with
 `increase(...[W])` and the accept-length gauge with `avg_over_time(...[W])` (idle time weighs as much as busy time
 there, unlike the scrape source; the gauge only moves under traffic, so its value at idle is the last busy
 interval's).
@@ -26,7 +30,7 @@ from disaggspec.servinghealth.judge import PodWindow, Role
 SIGNALS: Final = ("accept_length", "verify_calls", "generation_tokens", "requests", "failures")
 """One instant query each, per service."""
 
-_POD_SUFFIX: Final = "-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"
+_POD_SUFFIX: Final = "-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"
 
 
 def _quote(value: str) -> str:

@@ -23,6 +23,7 @@ import pytest
 from disaggspec import apply, handlers, informer, metrics
 from disaggspec import conditions as r
 from disaggspec import constants as c
+from disaggspec.apis import ApiAvailability
 from disaggspec.childcache import ChildCache, OwnerKey, ServiceCache
 from disaggspec.config import OperatorConfig
 from disaggspec.health import Health
@@ -335,6 +336,46 @@ def test_a_relist_request_interrupts_the_watch_in_progress() -> None:
     harness.informer.step()
     assert _restarts("verify") == before + 1
     assert harness.transport.calls[-1][0] == "LIST" and harness.uids() == set()  # the server never had them
+
+
+def test_an_optional_kind_whose_api_is_not_served_is_synced_empty_healthy_and_rechecked() -> None:
+    availability = ApiAvailability()
+    transport = FakeTransport()
+    cache, health, requeued, delays, recovered = ChildCache(), Health(), [], [], []
+    lws = informer.Informer(
+        apply.LEADER_WORKER_SET,
+        NS,
+        transport,
+        cache,
+        requeued.append,
+        on_recovered=lambda: recovered.append(1),
+        health=health,
+        settle=0,
+        jitter=lambda: 0.0,
+        sleep=delays.append,
+        availability=availability,
+        absent_recheck=30.0,
+    )
+    missing = apply.ApiError(404, "GET", "/apis/leaderworkerset.x-k8s.io/v1", "the server could not find it")
+    transport.list_errors.extend([missing, missing])
+    lws.step()
+    assert lws.synced.is_set() and health.ready()[0]
+    assert availability.absent(c.LWS_API_VERSION, c.LWS_KIND)
+    assert delays == [30.0] and lws.failures == 0  # not an error: no backoff, no failure count
+    lws.step()
+    assert delays == [30.0, 30.0] and [m for m, _ in transport.calls] == ["LIST", "LIST"]
+    transport.store(_child("u1", "a", 101))  # the CRD is installed, and a LeaderWorkerSet exists
+    lws.step()
+    assert not availability.absent(c.LWS_API_VERSION, c.LWS_KIND)
+    assert set(cache.versions(c.LWS_KIND, NS)) == {"u1"} and recovered == [1]
+    assert lws.verify()  # listed and in sync
+
+
+def test_a_required_kind_answering_404_is_a_failure_with_backoff() -> None:
+    harness = Harness()
+    harness.transport.list_errors.append(apply.ApiError(404, "GET", "/apis/apps/v1", "not found"))
+    harness.informer.step()
+    assert not harness.informer.synced.is_set() and harness.informer.failures == 1
 
 
 def test_stop_ends_run() -> None:

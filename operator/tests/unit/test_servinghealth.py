@@ -199,12 +199,12 @@ def test_queries_select_one_service_s_pods_by_namespace_and_name() -> None:
     queries = {q.signal: q.promql for q in prometheus.queries("team-a", "llama", SETTINGS)}
     assert queries["accept_length"] == (
         'avg by (pod) (avg_over_time(sglang:spec_accept_length{namespace="team-a",'
-        'pod=~"llama-(decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"}[60s]))'
+        'pod=~"llama-(decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"}[60s]))'
     )
     assert queries["failures"] == (
         'sum by (pod) (increase({__name__=~"sglang:num_bootstrap_failed_reqs_total|'
         'sglang:num_transfer_failed_reqs_total",namespace="team-a",'
-        'pod=~"llama-(prefill|decode)-[0-9a-f]{8}-[a-z0-9]+-[a-z0-9]+"}[60s]))'
+        'pod=~"llama-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"}[60s]))'
     )
     assert set(queries) == set(prometheus.SIGNALS)
 

@@ -300,6 +300,7 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
         Observation(3, ACCEPTED, {}, None, None, "boom"),
         Observation(3, ACCEPTED, {}, None, None, None, "kube-system"),
         Observation(3, ACCEPTED, {}, None, None, refused="the API server refuses Deployment x: ..."),
+        Observation(3, ACCEPTED, {}, None, None, missing_api="spec.prefill.nodesPerInstance is 2: ..."),
         Observation(3, ACCEPTED, {}, None, None, render_error="rendering the children failed: ..."),
         Observation(3, ACCEPTED, {}, None, None, held="revision 0123abcd has had no pod become ready for 900s"),
         *(Observation(3, ACCEPTED, {}, None, None, model_cache=cache) for cache in _CACHE_STATES.values()),
