@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok, helm, promtool, lws-controller")
     up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
+    up.add_argument(
+        "--h100-nodes",
+        type=int,
+        default=int(os.environ.get("DISAGGSPEC_CLUSTER_H100_NODES", "0")),
+        help="how many of the nodes (the last ones) are tainted H100-80GB nodes, where the multi-node example runs",
+    )
     up.add_argument("--port-base", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", "16379")))
     up.add_argument(
         "--serving",
@@ -47,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             build.ensure_built()
         elif args.command == "up":
-            cluster.up(port_base=args.port_base, nodes=NodeShape(count=args.nodes), serving=args.serving)
+            shape = NodeShape(count=args.nodes, second_product_nodes=args.h100_nodes)
+            cluster.up(port_base=args.port_base, nodes=shape, serving=args.serving)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -130,7 +130,17 @@ class NodeShape:
     cpu: str = "96"
     memory: str = "1Ti"
     gpu_product: str = "NVIDIA-H200"
-    """The `nvidia.com/gpu.product` label of every node (H200: the DeepSeek example needs 141 GB GPUs)."""
+    """The `nvidia.com/gpu.product` label of the nodes (H200: the DeepSeek example needs 141 GB GPUs)."""
+    second_product_nodes: int = 0
+    """How many of the `count` nodes (the last ones) carry `second_product` instead."""
+    second_product: str = "NVIDIA-H100-80GB-HBM3"
+    """(H100 80 GB: the multi-node DeepSeek example spans two such nodes per server.) These nodes are also tainted
+    `nvidia.com/gpu=present:NoSchedule`, as GPU node pools often are, so only pods that tolerate it (the multi-node
+    example) land there and take them whole, whatever else the tests run at the same time."""
+
+    def product(self, index: int) -> str:
+        """The GPU product label of node `index`."""
+        return self.second_product if index >= self.count - self.second_product_nodes else self.gpu_product
 
 
 @dataclass
@@ -715,7 +725,7 @@ def fake_nodes(shape: NodeShape) -> list[dict[str, object]]:
                         "type": "kwok",
                         "topology.kubernetes.io/zone": ZONES[index % len(ZONES)],
                         "nvidia.com/gpu.present": "true",
-                        "nvidia.com/gpu.product": shape.gpu_product,
+                        "nvidia.com/gpu.product": shape.product(index),
                         "nvidia.com/gpu.count": str(shape.gpus),
                         "feature.node.kubernetes.io/rdma.available": "true",
                     },
@@ -723,4 +733,6 @@ def fake_nodes(shape: NodeShape) -> list[dict[str, object]]:
                 "status": {"capacity": resources, "allocatable": resources},
             }
         )
+        if shape.product(index) != shape.gpu_product:
+            nodes[-1]["spec"] = {"taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}]}
     return nodes

@@ -27,7 +27,8 @@ __all__ = ["Cluster", "CommandFailed"]
 STATE_ROOT = Path(__file__).resolve().parents[2] / ".state"
 TEST_PORT_BASE = 17379
 PORTS_PER_CLUSTER = 10
-SESSION_NODES = 6
+SESSION_NODES = 8
+SESSION_H100_NODES = 4
 
 
 BACKENDS = ("local", "kind-gpu")
@@ -81,14 +82,17 @@ PRIVATE_PORT_BASE = TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER
 
 
 @contextmanager
-def private_cluster(stem: str, nodes: int = 4, serving: bool = False) -> Iterator[tuple[LocalCluster, Cluster]]:
+def private_cluster(
+    stem: str, nodes: int = 4, serving: bool = False, h100_nodes: int = 0
+) -> Iterator[tuple[LocalCluster, Cluster]]:
     """A local control plane of its own (state directory, ports), with the CRD installed, for tests that stop or
     restart its components or need serving mode (`serving=True`: pods are Ready only through the pod runner);
     stopped when the block ends. The session cluster is never touched."""
     _clear_abandoned_test_clusters()
     local = LocalCluster(STATE_ROOT / f"test-cluster-{stem}-{os.getpid()}")
     base = _free_port_base(PRIVATE_PORT_BASE)
-    state = local.up(port_base=base, nodes=NodeShape(count=nodes), timeout=180, serving=serving)
+    shape = NodeShape(count=nodes, second_product_nodes=h100_nodes)
+    state = local.up(port_base=base, nodes=shape, timeout=180, serving=serving)
     try:
         handle = Cluster(state.kubeconfig, local=True)
         install_crd(handle)
@@ -107,9 +111,10 @@ def cluster() -> Iterator[Cluster]:
     # One cluster per pytest process: two sessions running at once (a developer and an editor plugin, say) must not
     # share, or tear down, each other's control plane.
     local = LocalCluster(STATE_ROOT / f"test-cluster-{os.getpid()}")
-    # Six 8-GPU nodes: the multi-node example alone takes four whole nodes (two tp16 groups of two pods), and the
-    # pods of the previous test may still hold theirs while its namespace goes.
-    state = local.up(port_base=_free_port_base(), nodes=NodeShape(count=SESSION_NODES))
+    # The multi-node example takes four whole H100 nodes (two tp16 groups of two pods); the other examples run on the
+    # H200 nodes, where the pods of the previous test may still hold theirs while its namespace goes.
+    shape = NodeShape(count=SESSION_NODES, second_product_nodes=SESSION_H100_NODES)
+    state = local.up(port_base=_free_port_base(), nodes=shape)
     try:
         yield Cluster(state.kubeconfig, local=True)
     finally:

@@ -38,7 +38,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 NODES = 16
 """Every single-node example at once needs 42 GPUs, three whole 8-GPU nodes of them for DeepSeek's pods; the
 scheduler spreads the other nine pods (preferred topology spread, least-allocated scoring), so it is given enough
-nodes that three stay whole: 9 + 3. The multi-node example takes four more whole nodes (two tp16 groups of two)."""
+nodes that three stay whole: 9 + 3. The multi-node example takes four more whole nodes (two tp16 groups of two pods)
+of H100s (`H100_NODES`, the last four)."""
+H100_NODES = 4
 EXAMPLES = ("llama", "eagle-topk", "r1-mtp", "rdma")
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 SHORT_BOOTSTRAP = [
@@ -68,7 +70,7 @@ def plane() -> Iterator[Plane]:
         pytest.skip("serving mode needs the local control plane and its pod runner")
     for profile in PROFILES.values():
         ensure_router_venv(profile.router)
-    with private_cluster("serving", nodes=NODES, serving=True) as (local, cluster):
+    with private_cluster("serving", nodes=NODES, serving=True, h100_nodes=H100_NODES) as (local, cluster):
         log_path = local.directory / "operator.log"
         operator = OperatorProcess(cluster.kubeconfig, log_path, extra_env=HEALTH).start()
         try:
@@ -139,6 +141,58 @@ def _describe(report: Report) -> str:
     return json.dumps(report.summary(), indent=1)
 
 
+# ---- multi-node groups ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multinode(plane: Plane) -> Iterator[Placed]:
+    yield from _place(plane, {"multinode": load(example("multinode"))})
+
+
+def _router_workers(url: str) -> list[dict[str, Any]]:
+    """The router's own worker list (GET /workers), what its Kubernetes discovery registered."""
+    with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
+        payload = json.loads(response.read())
+    workers: list[dict[str, Any]] = payload["workers"] if isinstance(payload, dict) else payload
+    return workers
+
+
+def test_multi_node_groups_serve_through_their_leaders_only(plane: Plane, multinode: Placed) -> None:
+    """First in the module, so its groups take the four H100 nodes whole before anything else is placed. tp16 over
+    two 8-GPU pods per instance (LeaderWorkerSet, the real controller): the router discovers the group
+    leaders only, and requests through it succeed, served by leaders only; the workers answer only SGLang's
+    non-zero-rank health server."""
+    cluster = plane.cluster
+    namespace, obj = multinode["multinode"]
+    name = obj["metadata"]["name"]
+    url = router_url(cluster, namespace, obj)
+    pods = _pods_by_name(cluster, namespace, name)
+    leaders: dict[Literal["prefill", "decode"], set[str]] = {"prefill": set(), "decode": set()}
+    workers: set[str] = set()
+    for pod_name, pod in pods.items():
+        labels = pod["metadata"]["labels"]
+        role = labels["disaggspec.io/role"]
+        if role not in ("prefill", "decode"):
+            continue
+        (leaders[role] if labels[LWS_WORKER_INDEX] == "0" else workers).add(pod_name)
+    assert all(leaders.values()) and workers, sorted(pods)
+    ip_of = {pods[n]["status"]["podIP"]: n for n in pods}
+    registered = {ip_of.get(urllib.parse.urlsplit(str(w["url"])).hostname or "") for w in _router_workers(url)}
+    assert registered == leaders["prefill"] | leaders["decode"], registered
+
+    report = send(Load(url=url, model=served_model(obj), streams=4, requests=40, duration=60))
+    assert len(report.outcomes) == 40 and not report.failures, _describe(report)
+    for role, members in leaders.items():
+        assert report.served_by(role) and set(report.served_by(role)) <= members, _describe(report)
+    for pod_name in workers:
+        base = f"http://{pods[pod_name]['status']['podIP']}:30000"
+        with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
+            assert response.status == 200, pod_name
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/v1/models", timeout=5)
+        assert refused.value.code == 404, pod_name
+
+
 # ---- every example serves ---------------------------------------------------------------------------------------
 
 
@@ -176,57 +230,6 @@ def test_every_example_serves_through_its_router(plane: Plane, examples: Placed,
     for pod_name in decode:
         after = _metric_total(_metrics_url(pods[pod_name]), "sglang:num_requests_total")
         assert after - before[pod_name] == served[pod_name], pod_name
-
-
-# ---- multi-node groups ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def multinode(plane: Plane) -> Iterator[Placed]:
-    yield from _place(plane, {"multinode": load(example("multinode"))})
-
-
-def _router_workers(url: str) -> list[dict[str, Any]]:
-    """The router's own worker list (GET /workers), what its Kubernetes discovery registered."""
-    with urllib.request.urlopen(f"{url}/workers", timeout=5) as response:
-        payload = json.loads(response.read())
-    workers: list[dict[str, Any]] = payload["workers"] if isinstance(payload, dict) else payload
-    return workers
-
-
-def test_multi_node_groups_serve_through_their_leaders_only(plane: Plane, multinode: Placed) -> None:
-    """tp16 over two 8-GPU pods per instance (LeaderWorkerSet, the real controller): the router discovers the group
-    leaders only, and requests through it succeed, served by leaders only; the workers answer only SGLang's
-    non-zero-rank health server."""
-    cluster = plane.cluster
-    namespace, obj = multinode["multinode"]
-    name = obj["metadata"]["name"]
-    url = router_url(cluster, namespace, obj)
-    pods = _pods_by_name(cluster, namespace, name)
-    leaders: dict[Literal["prefill", "decode"], set[str]] = {"prefill": set(), "decode": set()}
-    workers: set[str] = set()
-    for pod_name, pod in pods.items():
-        labels = pod["metadata"]["labels"]
-        role = labels["disaggspec.io/role"]
-        if role not in ("prefill", "decode"):
-            continue
-        (leaders[role] if labels[LWS_WORKER_INDEX] == "0" else workers).add(pod_name)
-    assert all(leaders.values()) and workers, sorted(pods)
-    ip_of = {pods[n]["status"]["podIP"]: n for n in pods}
-    registered = {ip_of.get(urllib.parse.urlsplit(str(w["url"])).hostname or "") for w in _router_workers(url)}
-    assert registered == leaders["prefill"] | leaders["decode"], registered
-
-    report = send(Load(url=url, model=served_model(obj), streams=4, requests=40, duration=60))
-    assert len(report.outcomes) == 40 and not report.failures, _describe(report)
-    for role, members in leaders.items():
-        assert report.served_by(role) and set(report.served_by(role)) <= members, _describe(report)
-    for pod_name in workers:
-        base = f"http://{pods[pod_name]['status']['podIP']}:30000"
-        with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
-            assert response.status == 200, pod_name
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"{base}/v1/models", timeout=5)
-        assert refused.value.code == 404, pod_name
 
 
 # ---- router readiness -------------------------------------------------------------------------------------------

@@ -272,6 +272,8 @@ class Informer:
         except Exception as error:
             if self._stop.is_set():
                 return
+            if isinstance(error, apply.ApiError) and error.status == 404 and self.kind.optional:
+                self._need_list = True  # the CRD went away under the watch: the next LIST finds out and says so
             self.failures += 1
             delay = self._delay()
             log.warning("%s failed (%d in a row), retrying in %.1fs: %s", self.component, self.failures, delay, error)

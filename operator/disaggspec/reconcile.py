@@ -115,9 +115,14 @@ def missing_api(service: DisaggSpecService, desired: list[dict[str, Any]], avail
     return (
         f"{pools}: a multi-node pool is a LeaderWorkerSet ({apply.LEADER_WORKER_SET.api_version}), which this "
         f"cluster does not serve; install the LeaderWorkerSet controller {c.LWS_MIN_VERSION} or newer "
-        "(charts/disaggspec-operator/README.md, Multi-node pools) or set nodesPerInstance to 1. Nothing of this spec "
+        "(the chart README, 'Prerequisite for multi-node pools') or set nodesPerInstance to 1. Nothing of this spec "
         "is applied."
     )
+
+
+def _optional_kind_path(message: str) -> apply.Kind | None:
+    """The optional kind whose REST path a request error names, if any."""
+    return next((k for k in apply.OWNED_KINDS if k.optional and f"/apis/{k.api_version}/" in message), None)
 
 
 class _Stale(Exception):
@@ -351,7 +356,15 @@ class Reconciler:
                     wait = ROLLBACK_HOLD_SECONDS[min(attempts, len(ROLLBACK_HOLD_SECONDS)) - 1]
                     self._holds[(namespace, name)] = _Hold(generation, refused, time.monotonic() + wait, attempts)
             except apply.ApiError as error:
-                apply_error, failed = str(error), error
+                missing_kind = _optional_kind_path(str(error)) if error.status == 404 else None
+                if missing_kind is not None:
+                    # The API went away before its informer noticed (it lists again every 30 s): same as absent.
+                    self.availability.mark(missing_kind, present=False)
+                    absent_api = missing_api(service, desired, self.availability)
+                if absent_api is not None:
+                    failed = ApiMissing(absent_api)
+                else:
+                    apply_error, failed = str(error), error
             else:
                 self._holds.pop((namespace, name), None)
             metrics.CHILD_WRITES.labels("apply").inc(len(result.applied))
