@@ -18,9 +18,10 @@ from disaggspec import apply, childrefusal, handlers, metrics, render, rollout
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import parse_service
+from disaggspec.apis import ApiAvailability
 from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
-from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, HeldOff, Reconciler
+from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, ApiMissing, HeldOff, Reconciler
 from disaggspec.render import names
 from disaggspec.servinghealth.judge import Judgement, Verdict
 from tests.unit.dss_cases import edited
@@ -617,3 +618,48 @@ def test_ready_is_never_true_while_a_pool_has_fewer_ready_pods_than_the_spec_s_r
     assert _deployments(client) == {
         _deployment(role, {**edits, "spec.model.revision": "v2"}): replicas[role] for role in replicas
     }
+
+
+MULTI_NODE_PREFILL = {
+    "spec.prefill.nodesPerInstance": 2,
+    "spec.prefill.gpusPerNode": 8,
+    "spec.prefill.tensorParallelSize": 16,
+}
+
+
+def test_a_multi_node_pool_without_the_leaderworkerset_api_applies_nothing_and_says_what_to_install() -> None:
+    client = FakeClient()
+    client.create(_manifest(MULTI_NODE_PREFILL))
+    availability = ApiAvailability()
+    availability.mark(apply.LEADER_WORKER_SET, present=False)
+    reconciler = _reconciler(client)
+    reconciler.availability = availability
+    with pytest.raises(ApiMissing) as missing:
+        _pass(reconciler, client)
+    assert missing.value.retry_after == 30.0
+    assert [path for _, path in client.writes] == [_status_path()]  # the status only: no child, no dry-run
+    conditions = _conditions(client)
+    degraded = conditions["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApiMissing")
+    assert degraded["message"].startswith("spec.prefill.nodesPerInstance is 2: a multi-node pool is a LeaderWorkerSet")
+    assert "v0.9.0" in degraded["message"] and "set nodesPerInstance to 1" in degraded["message"]
+    assert conditions["Ready"]["reason"] == conditions["Progressing"]["reason"] == "ApiMissing"
+    assert "ApiMissing" in [event.reason for event in client.events]
+
+    availability.mark(apply.LEADER_WORKER_SET, present=True)  # installed: the next pass applies everything
+    _pass(reconciler, client)
+    kinds = {obj["kind"] for obj in client.children(NAMESPACE, NAME)}
+    assert {"LeaderWorkerSet", "Deployment"} <= kinds
+    assert _conditions(client)["Degraded"]["reason"] == "AsExpected"
+
+
+def test_a_single_node_service_never_needs_the_leaderworkerset_api() -> None:
+    client = FakeClient()
+    client.create(_manifest())
+    availability = ApiAvailability()
+    availability.mark(apply.LEADER_WORKER_SET, present=False)
+    reconciler = _reconciler(client)
+    reconciler.availability = availability
+    _pass(reconciler, client)
+    assert _conditions(client)["Degraded"]["reason"] == "AsExpected"
+    assert len([p for _, p in client.writes if p != _status_path()]) == CHILD_COUNT
