@@ -175,6 +175,12 @@ def _finish(component: Component, staged: Path) -> None:
     os.replace(staged, target)
 
 
+def _build_tools(go: str, module_dir: Path, ldflags: list[str], output: Path, packages: list[str], label: str) -> None:
+    """`go build` of `packages` in a wrapper module whose imports sit behind the `tools` build tag."""
+    argv = ["build", "-v", "-trimpath", "-tags", "tools", "-ldflags", " ".join(ldflags), "-o", str(output)]
+    _run_go(go, [*argv, *packages], module_dir, label)
+
+
 def build_kubernetes(go: str) -> None:
     component = KUBERNETES
     with tempfile.TemporaryDirectory(prefix="k8s-build-", dir=cache_root()) as tmp:
@@ -206,23 +212,7 @@ def build_kubernetes(go: str) -> None:
         out = scratch / "out"
         (out / "bin").mkdir(parents=True)
         packages = [f"k8s.io/kubernetes/cmd/{exe}" for exe in component.executables]
-        _run_go(
-            go,
-            [
-                "build",
-                "-v",
-                "-trimpath",
-                "-tags",
-                "tools",
-                "-ldflags",
-                " ".join(ldflags),
-                "-o",
-                str(out / "bin"),
-                *packages,
-            ],
-            module_dir,
-            f"kubernetes {component.version}",
-        )
+        _build_tools(go, module_dir, ldflags, out / "bin", packages, f"kubernetes {component.version}")
         _finish(component, out)
 
 
@@ -334,24 +324,9 @@ def build_lws(go: str) -> None:
         _run_go(go, ["mod", "tidy"], module_dir, "lws: go mod tidy")
         out = scratch / "out"
         (out / "bin").mkdir(parents=True)
-        ldflags = f"-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion={component.version}"
-        _run_go(
-            go,
-            [
-                "build",
-                "-v",
-                "-trimpath",
-                "-tags",
-                "tools",
-                "-ldflags",
-                ldflags,
-                "-o",
-                str(out / "bin" / "lws-controller"),
-                "sigs.k8s.io/lws/cmd",
-            ],
-            module_dir,
-            f"lws {component.version}",
-        )
+        ldflags = ["-s", "-w", f"-X sigs.k8s.io/lws/pkg/version.GitVersion={component.version}"]
+        output = out / "bin" / "lws-controller"
+        _build_tools(go, module_dir, ldflags, output, ["sigs.k8s.io/lws/cmd"], f"lws {component.version}")
         source = Path(_mod_download(go, f"sigs.k8s.io/lws@{component.version}", module_dir)["Dir"])
         for target, directory in LWS_MANIFESTS.items():
             (out / target).mkdir()

@@ -234,6 +234,31 @@ def _controller_flags(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
     ]
 
 
+def _poll(
+    state: State,
+    name: str,
+    proc: subprocess.Popen[bytes],
+    request: urllib.request.Request,
+    context: ssl.SSLContext | None,
+    timeout: float,
+    failure: str,
+) -> None:
+    """Send `request` until it answers 200; fail fast (with the log tail) when component `name`'s process dies."""
+    log_path = state.directory / "logs" / f"{name}.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ClusterError(f"{name} exited with code {proc.returncode} during start:\n{tail(log_path)}")
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            pass
+        time.sleep(0.2)
+    raise ClusterError(f"{name} {failure} at {request.full_url} after {timeout:.0f}s:\n{tail(log_path)}")
+
+
 class LocalCluster:
     """The local control plane rooted at one state directory."""
 
@@ -360,27 +385,13 @@ class LocalCluster:
 
     def _wait(self, state: State, name: str, proc: subprocess.Popen[bytes], probe: str, timeout: float) -> None:
         """Wait until `probe` answers, failing fast (with the log tail) when the process dies."""
-        deadline = time.monotonic() + timeout
         context = self._ssl_context(state) if probe.startswith("https://") else None
         if context is not None and "127.0.0.1:" in probe and not probe.startswith(state.server):
             # controller-manager and scheduler serve a self-signed cert of their own.
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log_path = state.directory / "logs" / f"{name}.log"
-                raise ClusterError(f"{name} exited with code {proc.returncode} during start:\n{tail(log_path)}")
-            try:
-                with urllib.request.urlopen(probe, context=context, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, ssl.SSLError):
-                pass
-            time.sleep(0.2)
-        raise ClusterError(
-            f"{name} not healthy at {probe} after {timeout:.0f}s:\n{tail(state.directory / 'logs' / (name + '.log'))}"
-        )
+        _poll(state, name, proc, urllib.request.Request(probe), context, timeout, "not healthy")
 
     def _start_all(self, state: State, timeout: float) -> None:
         d = state.directory
@@ -468,25 +479,9 @@ class LocalCluster:
         answers 404, which the API server would turn into a refused LWS pod (failurePolicy Fail)."""
         url = f"https://{LOOPBACK}:{state.ports.lws_webhook}{lws.POD_MUTATING_PATH}"
         context = ssl.create_default_context(cafile=str(pki.Pki(state.directory / "pki").ca_cert))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log_path = state.directory / "logs" / "lws-controller.log"
-                raise ClusterError(f"lws-controller exited with code {proc.returncode} during start:\n{tail(log_path)}")
-            # An empty AdmissionReview: a registered webhook answers 200 (with an error in the review), an unknown
-            # path 404.
-            request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, context=context, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, ssl.SSLError):
-                pass
-            time.sleep(0.2)
-        raise ClusterError(
-            f"lws-controller webhook not serving at {url} after {timeout:.0f}s:\n"
-            f"{tail(state.directory / 'logs' / 'lws-controller.log')}"
-        )
+        # An empty AdmissionReview: a registered webhook answers 200 (with an error in the review), an unknown path 404.
+        request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
+        _poll(state, "lws-controller", proc, request, context, timeout, "webhook not serving")
 
     def _probe(self, state: State, name: str) -> str:
         """The URL that answers 200 once component `name` is healthy."""
