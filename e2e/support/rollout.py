@@ -44,19 +44,21 @@ class Sample:
     at: float
     """Wall-clock time of the listing (time.time())."""
     ready: Mapping[str, int]
-    """Role -> Ready pods without a deletionTimestamp (every role in ROLES, 0 when none)."""
+    """Role -> Ready serving pods without a deletionTimestamp (every role in ROLES, 0 when none): servers, so a
+    multi-node group counts once, by its leader (its workers serve no API)."""
     fingerprints: Mapping[str, frozenset[str]]
     """Role -> the distinct disaggspec.io/spec-fingerprint values among those pods (unlabelled pods add none)."""
 
 
 def count_ready(pods: Sequence[Mapping[str, Any]], at: float) -> Sample:
-    """Count the Ready, not terminating pods per role (disaggspec.io/role), with their fingerprints."""
+    """Count the Ready, not terminating serving pods (group leaders, not workers) per role (disaggspec.io/role), with
+    their fingerprints."""
     ready = dict.fromkeys(ROLES, 0)
     fingerprints: dict[str, set[str]] = {role: set() for role in ROLES}
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         role = labels.get(c.LABEL_ROLE)
-        if role not in ready or not pod_ready(pod):
+        if role not in ready or not pod_ready(pod) or labels.get(c.LWS_LABEL_WORKER_INDEX, "0") != "0":
             continue
         ready[role] += 1
         if labels.get(c.LABEL_FINGERPRINT):

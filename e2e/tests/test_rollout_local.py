@@ -241,11 +241,24 @@ def _draft_tokens_change(obj: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
+def _multi_node_prefill(obj: dict[str, Any]) -> dict[str, Any]:
+    """The prefill pool becomes multi-node: each server spans two one-GPU pods (a LeaderWorkerSet group, tp 2)."""
+    changed = copy.deepcopy(obj)
+    changed["spec"]["prefill"].update(nodesPerInstance=2, gpusPerNode=1, tensorParallelSize=2)
+    return changed
+
+
 def test_pair_changes_roll_out_with_no_failed_request_and_no_capacity_dip(plane: Plane) -> None:
-    """2 prefill + 2 decode, maxSurge 1, maxUnavailable 0: an image bump, a draft-model change and a numDraftTokens
-    change (three services at once, so their rollouts overlap), each under continuous traffic through its router
-    Service."""
-    changes = {"image": _image_bump, "draft": _draft_change, "tokens": _draft_tokens_change}
+    """2 prefill + 2 decode, maxSurge 1, maxUnavailable 0: an image bump, a draft-model change, a numDraftTokens
+    change and a switch of the prefill pool from a Deployment to two-node LeaderWorkerSet groups (four services at
+    once, so their rollouts overlap), each under continuous traffic through its router Service. Capacity counts
+    servers: a group counts once, by its leader."""
+    changes = {
+        "image": _image_bump,
+        "draft": _draft_change,
+        "tokens": _draft_tokens_change,
+        "multinode": _multi_node_prefill,
+    }
     with ExitStack() as stack:
         spaces = {key: stack.enter_context(fresh_namespace(plane.cluster, f"pair-{key}")) for key in changes}
         base = _service("pairs", replicas=2)

@@ -41,6 +41,11 @@ def test_count_ready_per_role_with_fingerprints() -> None:
         "decode": frozenset({NEW}),
         "router": frozenset(),
     }
+    # A multi-node group is one server: its leader counts, its workers (Ready too) do not.
+    leader, worker = pod("prefill", NEW), pod("prefill", NEW)
+    leader["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = "0"
+    worker["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = "1"
+    assert count_ready([leader, worker], at=1.0).ready["prefill"] == 1
     empty = count_ready([], at=0.0)
     assert dict(empty.ready) == dict.fromkeys(ROLES, 0)
 
