@@ -39,6 +39,15 @@ def exits(proc: Proc, timeout: float = 15.0) -> int:
         raise AssertionError(f"{proc.name} still runs after {timeout}s:\n{proc.output()}") from None
 
 
+def wait_output(proc: Proc, text: str, timeout: float = 30.0) -> None:
+    """Wait until `proc` has logged `text` (a loaded 2-core machine may take seconds to start a Python process)."""
+    deadline = time.monotonic() + timeout
+    while text not in proc.output():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{proc.name} did not log {text!r} within {timeout}s:\n{proc.output()}")
+        time.sleep(0.1)
+
+
 def url(stack: Stack, host: int, path: str) -> str:
     return f"http://{stack.ip(host)}:30000{path}"
 
@@ -46,12 +55,11 @@ def url(stack: Stack, host: int, path: str) -> str:
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
 def test_leader_waits_for_its_worker_and_dies_with_it(stack: Stack, version: str) -> None:
     leader = stack.emulator(version, "leader", LEADER, args=node_args(stack.ip(LEADER), 0))
-    time.sleep(2.0)
+    wait_output(leader, "waiting for 1 node(s)")
     # The group is not complete: the leader has not "loaded the model", its HTTP port is still closed.
     for path in ("/health", "/health_generate", "/get_model_info"):
         assert request("GET", url(stack, LEADER, path), timeout=2)[0] == 0, path
     assert leader.popen.poll() is None
-    assert "waiting for 1 node(s)" in leader.output()
 
     worker = stack.emulator(version, "worker", WORKER, args=node_args(stack.ip(LEADER), 1))
     wait_for(url(stack, LEADER, "/health"), timeout=30, proc=leader)
@@ -84,11 +92,10 @@ def test_sigterm_in_a_group(stack: Stack, version: str) -> None:
     wait_for(url(stack, LEADER, "/health"), timeout=30, proc=leader)
     wait_for(url(stack, WORKER, "/health"), timeout=10, proc=worker)
     worker.popen.send_signal(signal.SIGTERM)
-    time.sleep(1.0)
     if version == "0.5.23":
         # engine.py:1264-1273: a ready worker node only logs SIGTERM and waits for rank 0's ShutdownReq.
+        wait_output(worker, "waiting for the rank-0 ShutdownReq broadcast")
         assert worker.popen.poll() is None
-        assert "waiting for the rank-0 ShutdownReq broadcast" in worker.output()
         assert request("GET", url(stack, WORKER, "/health"))[0] == 200
         leader.popen.send_signal(signal.SIGTERM)
         assert exits(leader) == 0
@@ -214,13 +221,12 @@ def test_worker_started_first_finds_its_leader_by_name_once_it_has_an_ip(
     options = ["--namespace", "ns", "--kubeconfig", str(kubeconfig)]
     # $(LWS_LEADER_ADDRESS) as the LWS webhook sets it: <lws>-<group>.<subdomain>.<namespace>.
     worker = stack.emulator("0.5.23", "worker", WORKER, options=options, args=node_args("grp-0.grp.ns", 1))
-    time.sleep(2.5)
+    wait_output(worker, "grp-0.grp.ns does not resolve (yet)")  # the leader pod has no IP yet
     assert worker.popen.poll() is None
-    assert "grp-0.grp.ns does not resolve (yet)" in worker.output()  # the leader pod has no IP yet
     assert request("GET", url(stack, WORKER, "/health"), timeout=2)[0] == 0  # not in the group: no health server
 
     leader = stack.emulator("0.5.23", "leader", LEADER, args=node_args("grp-0.grp.ns", 0))
-    time.sleep(1.5)
+    wait_output(leader, "waiting for 1 node(s)")
     assert "cannot connect" not in worker.output()  # still unresolved: the name is not published yet
     api.leader_ip = stack.ip(LEADER)  # the pod got its IP (kwok set Running)
     wait_for(url(stack, LEADER, "/health"), timeout=30, proc=leader)
