@@ -5,6 +5,9 @@ SHELL := bash
 
 PYTHON ?= python3
 VENV ?= .venv
+# pytest-xdist workers of `make test`, one test file each at a time: each worker brings up its own local control plane;
+# the suites mostly wait (model loads, drains, rollouts), so three share two cores.
+TEST_WORKERS ?= 3
 PY := $(VENV)/bin/python
 SGLANG_VERSIONS ?= 0.5.2 0.5.23
 
@@ -58,7 +61,7 @@ test-unit: venv ## fast tests only: no cluster
 
 test: venv cluster-build lint verify ## everything: lint, unit, golden, integration (real local control plane), SGLang patch tests
 	bash images/sglang/tests/run.sh all
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-sglang: ## the patched SGLang transfer path on CPU, against the real 0.5.2 and 0.5.23 modules (patched and not)
 	bash images/sglang/tests/run.sh all

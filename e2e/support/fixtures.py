@@ -70,11 +70,22 @@ def _clear_abandoned_test_clusters() -> None:
             LocalCluster(directory).down(quiet=True)
 
 
+CLUSTERS_PER_WORKER = 10
+"""Port ranges each pytest-xdist worker searches (its own slice, so two workers never race for the same range)."""
+
+
+def _worker_index() -> int:
+    """This process's pytest-xdist worker number (gw0 -> 0), 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
 def _free_port_base(first: int = TEST_PORT_BASE) -> int:
-    for base in range(first, first + 50 * PORTS_PER_CLUSTER, PORTS_PER_CLUSTER):
+    start = first + _worker_index() * CLUSTERS_PER_WORKER * PORTS_PER_CLUSTER
+    for base in range(start, start + CLUSTERS_PER_WORKER * PORTS_PER_CLUSTER, PORTS_PER_CLUSTER):
         if all(port_free(port) for port in range(base, base + PORTS_PER_CLUSTER)):
             return base
-    raise RuntimeError(f"no free loopback port range above {first}")
+    raise RuntimeError(f"no free loopback port range in {start}..{start + CLUSTERS_PER_WORKER * PORTS_PER_CLUSTER}")
 
 
 PRIVATE_PORT_BASE = TEST_PORT_BASE + 50 * PORTS_PER_CLUSTER
