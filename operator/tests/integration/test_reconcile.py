@@ -85,9 +85,29 @@ def test_bad_spec_stored_without_the_webhook_changes_no_child(
     assert any(e["type"] == "Warning" and e["reason"] == "SpecRejected" for e in events)
 
 
+def _settled(cluster: Cluster, namespace: str, name: str, quiet: float = 3.0) -> None:
+    """Wait until the service's status has its first runtime-health verdicts (the monitor's first round writes them,
+    on its own schedule) and no write has touched the service for `quiet` seconds."""
+
+    def measured() -> bool:
+        conditions = get(cluster, namespace, "dss", name).get("status", {}).get("conditions") or []
+        health = [c for c in conditions if c["type"] in ("SpecDecodeHealthy", "TransferHealthy")]
+        return len(health) == 2 and all(c["reason"] != "NotMeasured" for c in health)
+
+    cluster.wait_for("the first runtime-health verdicts", measured, timeout=60)
+    version, since = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"], time.monotonic()
+    deadline = since + 60
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the service never stopped changing"
+        time.sleep(0.5)
+        now = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
+        if now != version:
+            version, since = now, time.monotonic()
+
+
 def test_no_op_resync_writes_nothing(operator: OperatorProcess, cluster: Cluster, namespace: str) -> None:
     name = _llama_ready(cluster, namespace)["metadata"]["name"]
-    time.sleep(2)
+    _settled(cluster, namespace, name)
     versions = child_versions(cluster, namespace, name)
     dss_version = get(cluster, namespace, "dss", name)["metadata"]["resourceVersion"]
     # Touch the service with a label: a new event and a full pass, but nothing to change.
