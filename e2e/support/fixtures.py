@@ -177,6 +177,13 @@ def fresh_namespace(cluster: Cluster, stem: str) -> Iterator[str]:
         cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
 
 
+def short_stem(request: pytest.FixtureRequest) -> str:
+    """A namespace stem from the test's function name (parameters and the `test_` prefix dropped, 20 characters), for
+    the private planes, whose namespaces also carry their own prefixes."""
+    name: str = request.node.name
+    return name.split("[")[0].removeprefix("test_")[:20].replace("_", "-").strip("-")
+
+
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test, named after the test; deleted afterwards."""

@@ -28,7 +28,7 @@ from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import LocalCluster
 from e2e.serving.routers import ensure_router_venv
 from e2e.serving.traffic import Load, Report, send
-from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster
+from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster, short_stem
 from e2e.support.operator_process import OperatorProcess
 from e2e.support.serving import apply_service, deploy, pod_runner, ready_pods, router_url, served_model
 from e2e.support.workloads import example, get, load, wait_ready
@@ -82,8 +82,7 @@ def plane() -> Iterator[Plane]:
 
 @pytest.fixture
 def namespace(plane: Plane, request: pytest.FixtureRequest) -> Iterator[str]:
-    stem = request.node.name.split("[")[0].removeprefix("test_")[:20].replace("_", "-").strip("-")
-    with fresh_namespace(plane.cluster, stem) as name:
+    with fresh_namespace(plane.cluster, short_stem(request)) as name:
         yield name
 
 
