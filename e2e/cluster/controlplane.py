@@ -1,11 +1,12 @@
 """Starts and stops the local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes and
 the LeaderWorkerSet controller (its CRDs, RBAC and webhooks rendered by `lws.py`).
 
-Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log and one PID file per process, and a
-`cluster.json` that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
+Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log per process, and a `cluster.json`
+that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
 to be healthy, and on any failure stops what it started and removes the state, so nothing is left half-running.
 `down` stops exactly the processes recorded in the state (it checks each PID's command line before signalling it, so
-a recycled PID is never killed) and is idempotent. For fault injection, `stop_component`, `start_component` and
+a recycled PID is never killed) and is idempotent; in serving mode it first stops the pod runner and every process
+the runner started (`servingdir.py`). For fault injection, `stop_component`, `start_component` and
 `restart_component` act on one process: it comes back with the same flags, ports and data directory (etcd keeps its
 data, so every object survives), and a start returns once it is healthy. All listeners bind to 127.0.0.1. The
 process supervision (ports, PID ownership, liveness, stopping) lives in `processes.py`.
@@ -29,6 +30,7 @@ import yaml
 
 from e2e.cluster import build, lws, pki
 from e2e.cluster.processes import LOOPBACK, alive, is_ours, log, port_free, stop_pid, tail
+from e2e.cluster.servingdir import SERVING_DIR, stop_runner
 
 CLIENT_QPS = 5000
 CLIENT_BURST = 10000
@@ -57,8 +59,6 @@ SERVING_POD_STAGE = "pod-running-unready.yaml"
 SERVING_STAGE_FILES = (*KWOK_NODE_STAGES, SERVING_POD_STAGE, "pod/fast/pod-complete.yaml")
 """Serving mode: kwok binds pods (Running, an IP) but leaves readiness, restarts and deletion to the pod runner
 (`python -m e2e.serving`), the kubelet double that runs one local process per container."""
-SERVING_DIR = "serving"
-"""The pod runner's files (pidfile, process table, logs) live in this subdirectory of the cluster's state directory."""
 
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
@@ -663,8 +663,6 @@ class LocalCluster:
         state = self.state()
         if (self.directory / SERVING_DIR).is_dir():
             # The pod runner and its processes first: they live under this directory, which is about to go.
-            from e2e.serving.daemon import stop_runner
-
             stop_runner(self.directory)
         if state is not None:
             for name, pid in reversed(list(state.pids.items())):

@@ -26,9 +26,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "operator"))  # the unit tests' in-memory API server (`tests.unit.fakes`)
 
-from disaggspec.childcache import ServiceCache  # noqa: E402
 from disaggspec.config import HealthSettings, OperatorConfig  # noqa: E402
 from disaggspec.reconcile import Reconciler  # noqa: E402
+from disaggspec.runtime.caches import DisaggSpecServiceCache  # noqa: E402
 from disaggspec.servinghealth.monitor import Monitor  # noqa: E402
 from tests.unit.dss_cases import edited  # noqa: E402
 from tests.unit.fakes import FakeClient  # noqa: E402
@@ -104,7 +104,7 @@ def run(count: int, seconds: float, scenario: str, port: int) -> None:
         client,
         OperatorConfig(health=settings),
         lambda *a: None,
-        services=ServiceCache(),
+        services=DisaggSpecServiceCache(),
         runtime_health=monitor.verdict,
     )
     for _ in range(2):  # converge: children applied, then seen

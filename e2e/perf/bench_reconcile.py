@@ -308,7 +308,7 @@ def main() -> None:
             control_plane_floor(cluster, api, largest)
         operator = OperatorProcess(state.kubeconfig, work / "operator.log", webhook=False).start()
 
-        collection = apply.SERVICE_RESOURCE.collection(NAMESPACE)
+        collection = apply.DSS_RESOURCE.collection(NAMESPACE)
         watcher = ChildWatch(raw).start()
         latencies = []
         for i in range(args.latency_samples):

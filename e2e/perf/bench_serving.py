@@ -31,10 +31,9 @@ import yaml
 
 from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import LocalCluster, NodeShape
-from e2e.serving.daemon import runner_pid
-from e2e.serving.proctable import ProcessTable
+from e2e.cluster.proctable import ProcessTable
+from e2e.cluster.servingdir import TABLE, runner_pid, serving_dir
 from e2e.serving.routers import ensure_router_venv
-from e2e.serving.runner import TABLE, serving_dir
 from e2e.serving.traffic import Load, send
 from e2e.support.kube import Cluster
 from e2e.support.operator_process import OperatorProcess

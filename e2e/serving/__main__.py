@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from e2e.cluster.controlplane import default_state_dir
+from e2e.cluster.servingdir import stop_runner
 from e2e.serving import log
-from e2e.serving.daemon import runner_status, start_runner, stop_runner
+from e2e.serving.daemon import runner_status, start_runner
 from e2e.serving.kubeapi import KubeApi
 from e2e.serving.kubelet import Settings
 from e2e.serving.plan import DEFAULT_LAUNCHER, load_launcher

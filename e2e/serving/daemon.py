@@ -1,16 +1,12 @@
-"""The pod runner in the background: `start` (detached, logging to `serving/runner.log`), `stop`, `status`.
+"""The pod runner in the background: `start_runner` (detached, logging to `serving/runner.log`) and `runner_status`.
 
-`serving/runner.pid` holds the runner's pid and start time (written by the runner once its first pod list is
-handled); a pid counts as the runner only while its start time matches, so a recycled pid is never signalled.
-`stop_runner` sends SIGTERM (the runner stops its processes and exits), SIGKILL after a timeout, and then stops
-anything `serving/processes.json` still lists, so no container process outlives it whatever happened to the runner.
-`LocalCluster.down` calls it before removing the state directory.
+`start_runner` returns once the runner has written `serving/runner.pid` (its pid and start time, after its first pod
+list is handled). Reading that file and stopping the runner and whatever it left (`runner_pid`, `stop_runner`) live
+with the control plane, in `e2e.cluster.servingdir`, because `LocalCluster.down` stops them too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -18,24 +14,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from e2e.cluster.processes import alive, stop_pid, tail
+from e2e.cluster.processes import tail
+from e2e.cluster.proctable import ProcessTable, is_recorded, leftovers
+from e2e.cluster.servingdir import TABLE, runner_pid, serving_dir
 from e2e.serving import log
 from e2e.serving.plan import DEFAULT_LAUNCHER
-from e2e.serving.proctable import ProcessTable, is_recorded, leftovers, reap_stale, start_ticks
-from e2e.serving.runner import PIDFILE, TABLE, RunnerError, serving_dir
+from e2e.serving.runner import RunnerError
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_LOG = "runner.log"
-
-
-def runner_pid(state_dir: Path) -> int | None:
-    """The pid of the live runner of `state_dir`, or None."""
-    try:
-        data = json.loads((serving_dir(state_dir) / PIDFILE).read_text())
-        pid, ticks = int(data["pid"]), data.get("start_ticks")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pid if alive(pid) and start_ticks(pid) == ticks else None
 
 
 def start_runner(
@@ -84,22 +71,6 @@ def start_runner(
     proc.kill()
     proc.wait()
     raise RunnerError(f"the pod runner was not ready after {timeout:.0f}s:\n{tail(directory / RUNNER_LOG)}")
-
-
-def stop_runner(state_dir: Path, timeout: float = 30.0) -> None:
-    """Stop the runner of `state_dir` and every process it left; idempotent."""
-    state_dir = state_dir.resolve()
-    directory = serving_dir(state_dir)
-    pid = runner_pid(state_dir)
-    if pid is not None:
-        # Its command line names the state directory, so stop_pid recognises it as ours.
-        stop_pid("the runner", pid, state_dir, timeout=timeout)
-        log(f"stopped the runner (pid {pid})")
-    stale = reap_stale(ProcessTable(directory / TABLE), grace=2.0, say=log)
-    if stale:
-        log(f"stopped {len(stale)} process(es) the runner left")
-    with contextlib.suppress(FileNotFoundError):
-        (directory / PIDFILE).unlink()
 
 
 def runner_status(state_dir: Path) -> Iterator[str]:

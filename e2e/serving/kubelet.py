@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e.cluster.proctable import ProcessRecord, ProcessTable, signal_session, start_ticks
 from e2e.serving import log
 from e2e.serving.events import NORMAL, WARNING, EventRecorder
 from e2e.serving.kubeapi import ApiError, KubeApi
@@ -57,7 +58,6 @@ from e2e.serving.prober import (
     resolve_port,
     tcp_socket,
 )
-from e2e.serving.proctable import ProcessRecord, ProcessTable, signal_session, start_ticks
 
 MIN_GRACE = 2.0
 """The kubelet's minimumGracePeriodInSeconds: a container always gets at least this long after SIGTERM."""

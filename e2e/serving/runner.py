@@ -31,17 +31,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from e2e.cluster.controlplane import KWOK_NODE_ANNOTATION, SERVING_DIR
+from e2e.cluster.controlplane import KWOK_NODE_ANNOTATION
+from e2e.cluster.proctable import ProcessTable, reap_stale, start_ticks
+from e2e.cluster.servingdir import PIDFILE, TABLE, serving_dir
 from e2e.serving import log
 from e2e.serving.events import EventRecorder
 from e2e.serving.kubeapi import ApiError, KubeApi
 from e2e.serving.kubelet import PodWorker, Runtime, Settings
 from e2e.serving.plan import Launcher
-from e2e.serving.proctable import ProcessTable, reap_stale, start_ticks
 
-PIDFILE = "runner.pid"
 LOCKFILE = "runner.lock"
-TABLE = "processes.json"
 WATCH_SECONDS = 240
 """Server-side length of one watch; the read timeout allows for bookmarks, which come about once a minute."""
 NODE_RECHECK = 10.0
@@ -50,10 +49,6 @@ NODE_RECHECK = 10.0
 
 class RunnerError(RuntimeError):
     """The runner cannot start; the message says why."""
-
-
-def serving_dir(state_dir: Path) -> Path:
-    return state_dir / SERVING_DIR
 
 
 class PodWatcher(threading.Thread):

@@ -1,4 +1,7 @@
-"""pytest fixtures shared by every integration suite: one real cluster per session and a namespace per test.
+"""pytest fixtures and helpers shared by the e2e suites: one real cluster per session and a namespace per test,
+private clusters (`private_cluster`), fresh namespaces on any cluster, and the skip marker for tests that need the
+built binaries (`needs_built`). The serving suites' whole plane is `planes.serving_plane`, the shared fakes of the
+suites that need no cluster are in `fakes.py`.
 
 By default the session brings up the local control plane (`e2e/cluster`) in its own state directory and port range,
 so it never collides with a `make demo` or `make cluster-up` cluster, and stops it at the end. Set
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.cluster import build
 from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.cluster.processes import port_free
 from e2e.support.kube import Cluster, CommandFailed
@@ -32,6 +36,13 @@ SESSION_H100_NODES = 4
 
 
 BACKENDS = ("local", "kind-gpu")
+
+
+def needs_built(
+    *components: build.Component, reason: str = "needs the binaries (make cluster-build)"
+) -> pytest.MarkDecorator:
+    """Skip unless every one of `components` is built (`python -m e2e.cluster build`, cached across checkouts)."""
+    return pytest.mark.skipif(not all(component.is_built() for component in components), reason=reason)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -2,6 +2,7 @@
 
 Used by the test suites (through e2e/support/fixtures.py) and by `make demo`; it raises `CommandFailed` (an
 AssertionError, so pytest reports it as a failure with the command's output) when a call that had to succeed did not.
+`wait_for` is the polling loop the suites share (`Cluster.wait_for` calls it).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from e2e.cluster import build
+
+T = TypeVar("T")
 
 
 class CommandFailed(AssertionError):
@@ -60,9 +65,16 @@ class Cluster:
     def wait_for(self, description: str, predicate: object, timeout: float = 60, interval: float = 0.25) -> None:
         """Poll `predicate()` until it is truthy; fail naming `description` when it never is."""
         assert callable(predicate)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
+        wait_for(description, predicate, timeout, interval)
+
+
+def wait_for(description: str, predicate: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
+    """Poll `predicate()` until it returns something truthy and return that; raise an AssertionError naming
+    `description` when it never does within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")

@@ -5,6 +5,7 @@ stops it when the block ends, then proves that none of the processes it started 
 (model claim and Hugging Face token Secret included) and waits until the service is Ready, which in serving mode
 means its router pod passed its readiness probe: a healthy prefill and a healthy decode to route to. `router_url`
 is the router pod's own loopback address (EndpointSlices refuse loopback IPs, so Services have no endpoints here).
+The whole serving plane of a suite (cluster, operator, runner) is `planes.serving_plane`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 import yaml
 
 from e2e.cluster.processes import alive
-from e2e.serving.proctable import ProcessTable
-from e2e.serving.runner import TABLE, serving_dir
+from e2e.cluster.proctable import ProcessTable
+from e2e.cluster.servingdir import TABLE, serving_dir
 from e2e.support.kube import Cluster
 from e2e.support.workloads import get, provide_model_claim, wait_ready
 
@@ -55,7 +56,7 @@ def pod_runner(state_dir: Path, kubeconfig: Path) -> Iterator[Path]:
         raise RuntimeError(f"pod runner did not start:\n{started.stdout}\n{started.stderr}")
     seen: set[int] = set()
     try:
-        yield state_dir / "serving" / "logs"
+        yield serving_dir(state_dir) / "logs"
     finally:
         seen.update(tracked_pids(state_dir))
         stopped = _runner("stop", "--state-dir", str(state_dir), timeout=120)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from disaggspec.render import names
+from disaggspec.revision import revision_name
 from e2e.support.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def expected_children(name: str, fingerprint: str, obj: dict[str, Any] | None = 
     """`Kind/name` of everything the operator creates for service `name` whose spec has `fingerprint`, sorted: the
     workloads of that revision (`<name>-<role>-<revision>`: Deployments, or LeaderWorkerSets for the multi-node pools
     of `obj`) and the children the revisions share."""
-    revision = names.revision_name(fingerprint)
+    revision = revision_name(fingerprint)
     kinds = {r: workload_kind(obj, r) if obj is not None else "Deployment" for r in ("prefill", "decode", "router")}
     return sorted(
         [f"{kinds[r]}/{name}-{r}-{revision}" for r in ("prefill", "decode", "router")]

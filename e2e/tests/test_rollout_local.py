@@ -19,18 +19,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from disaggspec.sglang.profiles import PROFILES
-from e2e.cluster.controlplane import LocalCluster
 from e2e.serving.continuous import continuous
-from e2e.serving.routers import ensure_router_venv
 from e2e.serving.traffic import Load, Report
-from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster, short_stem
-from e2e.support.operator_process import OperatorProcess
+from e2e.support.fixtures import Cluster, fresh_namespace, short_stem
+from e2e.support.planes import ServingPlane, serving_plane
 from e2e.support.rollout import (
     CapacitySampler,
     capacity_sampler,
@@ -39,7 +35,7 @@ from e2e.support.rollout import (
     oracle_refusals,
     router_service_target,
 )
-from e2e.support.serving import apply_service, pod_runner, served_model
+from e2e.support.serving import apply_service, served_model
 from e2e.support.workloads import example, get, load, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
@@ -53,32 +49,20 @@ LOAD_SECONDS = "3"
 SIGNATURE = "disaggspec.io/spec-fingerprint"
 
 
-@dataclass(frozen=True)
-class Plane:
-    local: LocalCluster
-    cluster: Cluster
-    operator: OperatorProcess
-    logs: Path
+def _label_node_groups(cluster: Cluster) -> None:
+    for group, indexes in GROUPS.items():
+        for index in indexes:
+            cluster.kubectl("label", "node", f"gpu-node-{index}", f"{GROUP_LABEL}={group}", "--overwrite")
 
 
 @pytest.fixture(scope="module")
-def plane() -> Iterator[Plane]:
-    for profile in PROFILES.values():
-        ensure_router_venv(profile.router)
-    with private_cluster("rollout", nodes=NODES, serving=True) as (local, cluster):
-        for group, indexes in GROUPS.items():
-            for index in indexes:
-                cluster.kubectl("label", "node", f"gpu-node-{index}", f"{GROUP_LABEL}={group}", "--overwrite")
-        operator = OperatorProcess(cluster.kubeconfig, local.directory / "operator.log").start()
-        try:
-            with pod_runner(local.directory, cluster.kubeconfig) as logs:
-                yield Plane(local, cluster, operator, logs)
-        finally:
-            operator.stop()
+def plane() -> Iterator[ServingPlane]:
+    with serving_plane("rollout", nodes=NODES, prepare=_label_node_groups) as plane:
+        yield plane
 
 
 @pytest.fixture
-def namespace(plane: Plane, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(plane: ServingPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     with fresh_namespace(plane.cluster, short_stem(request)) as name:
         yield name
 
@@ -131,7 +115,7 @@ def _rolled_out(cluster: Cluster, namespace: str, name: str, previous_fingerprin
 
 
 def _wait_rolled_out(
-    plane: Plane, namespace: str, name: str, previous_fingerprint: str | None, timeout: float = 180
+    plane: ServingPlane, namespace: str, name: str, previous_fingerprint: str | None, timeout: float = 180
 ) -> str:
     plane.cluster.wait_for(
         f"{namespace}/{name} rolled out from {previous_fingerprint}",
@@ -170,7 +154,7 @@ def _describe(report: Report, sampler: CapacitySampler | None = None) -> str:
     return json.dumps(summary, indent=1)
 
 
-def _assert_clean(plane: Plane, report: Report) -> None:
+def _assert_clean(plane: ServingPlane, report: Report) -> None:
     """Requests flowed, none failed, none was paired across revisions (neither seen by the client nor refused and
     retried inside the router)."""
     assert len(report.outcomes) > 50, _describe(report)
@@ -203,7 +187,7 @@ class Rolled:
     sampler: CapacitySampler
 
 
-def _roll_under_traffic(plane: Plane, namespace: str, obj: dict[str, Any], changed: dict[str, Any]) -> Rolled:
+def _roll_under_traffic(plane: ServingPlane, namespace: str, obj: dict[str, Any], changed: dict[str, Any]) -> Rolled:
     """Apply `obj`, wait for Ready, then apply `changed` under continuous traffic through the router Service and
     wait until it has rolled out."""
     cluster = plane.cluster
@@ -247,7 +231,7 @@ def _multi_node_prefill(obj: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
-def test_pair_changes_roll_out_with_no_failed_request_and_no_capacity_dip(plane: Plane) -> None:
+def test_pair_changes_roll_out_with_no_failed_request_and_no_capacity_dip(plane: ServingPlane) -> None:
     """2 prefill + 2 decode, maxSurge 1, maxUnavailable 0: an image bump, a draft-model change, a numDraftTokens
     change and a switch of the prefill pool from a Deployment to two-node LeaderWorkerSet groups (four services at
     once, so their rollouts overlap), each under continuous traffic through its router Service. Capacity counts
@@ -282,7 +266,7 @@ def test_pair_changes_roll_out_with_no_failed_request_and_no_capacity_dip(plane:
 # ---- one replica per pool: a free slot per pool, or none ----------------------------------------------------------
 
 
-def test_single_replica_pools_keep_serving_with_a_free_slot_and_hold_without_one(plane: Plane) -> None:
+def test_single_replica_pools_keep_serving_with_a_free_slot_and_hold_without_one(plane: ServingPlane) -> None:
     """Whole-node pools (8 GPUs a pod, 1 replica each). With a free node per pool the service serves throughout an
     image bump; with no free node the rollout holds (RolloutHeld) and the old pair keeps serving, until
     maxUnavailable 1 (maxSurge 0) lets it replace the pair in place."""
@@ -346,7 +330,7 @@ def _failing(obj: dict[str, Any], tag: str) -> dict[str, Any]:
     return changed
 
 
-def test_a_revision_that_never_loads_holds_and_a_fix_resumes(plane: Plane, namespace: str) -> None:
+def test_a_revision_that_never_loads_holds_and_a_fix_resumes(plane: ServingPlane, namespace: str) -> None:
     cluster = plane.cluster
     obj = apply_service(cluster, namespace, _service("pairs", progressDeadlineSeconds=30))
     name = obj["metadata"]["name"]
@@ -382,7 +366,7 @@ def test_a_revision_that_never_loads_holds_and_a_fix_resumes(plane: Plane, names
     assert sampler.minimum("prefill") >= 1 and sampler.minimum("decode") >= 1
 
 
-def test_rolling_back_returns_to_the_old_revision_without_new_pods(plane: Plane, namespace: str) -> None:
+def test_rolling_back_returns_to_the_old_revision_without_new_pods(plane: ServingPlane, namespace: str) -> None:
     cluster = plane.cluster
     obj = apply_service(cluster, namespace, _service("pairs", progressDeadlineSeconds=30))
     name = obj["metadata"]["name"]
@@ -420,7 +404,7 @@ def test_rolling_back_returns_to_the_old_revision_without_new_pods(plane: Plane,
 # ---- the operator restarts mid-rollout ---------------------------------------------------------------------------
 
 
-def test_an_operator_restart_mid_rollout_resumes_without_an_extra_revision(plane: Plane, namespace: str) -> None:
+def test_an_operator_restart_mid_rollout_resumes_without_an_extra_revision(plane: ServingPlane, namespace: str) -> None:
     cluster = plane.cluster
     obj = apply_service(cluster, namespace, _service("pairs", replicas=2))
     name = obj["metadata"]["name"]

@@ -19,18 +19,15 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import pytest
 
 from disaggspec.sglang.profiles import PROFILES
-from e2e.cluster.controlplane import LocalCluster
-from e2e.serving.routers import ensure_router_venv
 from e2e.serving.traffic import Load, Report, send
-from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster, short_stem
-from e2e.support.operator_process import OperatorProcess
-from e2e.support.serving import apply_service, deploy, pod_runner, ready_pods, router_url, served_model
+from e2e.support.fixtures import Cluster, fresh_namespace, short_stem
+from e2e.support.planes import ServingPlane, serving_plane
+from e2e.support.serving import apply_service, deploy, ready_pods, router_url, served_model
 from e2e.support.workloads import example, get, load, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
@@ -57,31 +54,16 @@ HEALTH = {
 conditions move within seconds; the thresholds (accept length 1.1, failures 0.05/s and at least 3) are the defaults."""
 
 
-@dataclass(frozen=True)
-class Plane:
-    local: LocalCluster
-    cluster: Cluster
-    operator: OperatorProcess
-
-
 @pytest.fixture(scope="module")
-def plane() -> Iterator[Plane]:
+def plane() -> Iterator[ServingPlane]:
     if os.environ.get("DISAGGSPEC_TEST_KUBECONFIG"):
         pytest.skip("serving mode needs the local control plane and its pod runner")
-    for profile in PROFILES.values():
-        ensure_router_venv(profile.router)
-    with private_cluster("serving", nodes=NODES, serving=True, h100_nodes=H100_NODES) as (local, cluster):
-        log_path = local.directory / "operator.log"
-        operator = OperatorProcess(cluster.kubeconfig, log_path, extra_env=HEALTH).start()
-        try:
-            with pod_runner(local.directory, cluster.kubeconfig):
-                yield Plane(local, cluster, operator)
-        finally:
-            operator.stop()
+    with serving_plane("serving", nodes=NODES, h100_nodes=H100_NODES, operator_env=HEALTH) as plane:
+        yield plane
 
 
 @pytest.fixture
-def namespace(plane: Plane, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(plane: ServingPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     with fresh_namespace(plane.cluster, short_stem(request)) as name:
         yield name
 
@@ -90,7 +72,7 @@ Placed = dict[str, tuple[str, dict[str, Any]]]
 """key -> (namespace, service as applied)."""
 
 
-def _place(plane: Plane, objects: Mapping[str, dict[str, Any]], ready: bool = True) -> Iterator[Placed]:
+def _place(plane: ServingPlane, objects: Mapping[str, dict[str, Any]], ready: bool = True) -> Iterator[Placed]:
     """Apply every object in a namespace of its own at once (so their start-up overlaps), wait for all to be Ready
     (unless `ready` is False), yield them; the namespaces go when the block ends."""
     with ExitStack() as stack:
@@ -144,7 +126,7 @@ def _describe(report: Report) -> str:
 
 
 @pytest.fixture(scope="module")
-def multinode(plane: Plane) -> Iterator[Placed]:
+def multinode(plane: ServingPlane) -> Iterator[Placed]:
     yield from _place(plane, {"multinode": load(example("multinode"))})
 
 
@@ -156,7 +138,7 @@ def _router_workers(url: str) -> list[dict[str, Any]]:
     return workers
 
 
-def test_multi_node_groups_serve_through_their_leaders_only(plane: Plane, multinode: Placed) -> None:
+def test_multi_node_groups_serve_through_their_leaders_only(plane: ServingPlane, multinode: Placed) -> None:
     """First in the module, so its groups take the four H100 nodes whole before anything else is placed. tp16 over
     two 8-GPU pods per instance (LeaderWorkerSet, the real controller): the router discovers the group
     leaders only, and requests through it succeed, served by leaders only; the workers answer only SGLang's
@@ -196,12 +178,12 @@ def test_multi_node_groups_serve_through_their_leaders_only(plane: Plane, multin
 
 
 @pytest.fixture(scope="module")
-def examples(plane: Plane) -> Iterator[Placed]:
+def examples(plane: ServingPlane) -> Iterator[Placed]:
     yield from _place(plane, {fragment: load(example(fragment)) for fragment in EXAMPLES})
 
 
 @pytest.mark.parametrize("fragment", EXAMPLES)
-def test_every_example_serves_through_its_router(plane: Plane, examples: Placed, fragment: str) -> None:
+def test_every_example_serves_through_its_router(plane: ServingPlane, examples: Placed, fragment: str) -> None:
     cluster = plane.cluster
     namespace, obj = examples[fragment]
     name = obj["metadata"]["name"]
@@ -235,13 +217,13 @@ def test_every_example_serves_through_its_router(plane: Plane, examples: Placed,
 
 
 @pytest.fixture(scope="module")
-def prefill_only(plane: Plane) -> Iterator[Placed]:
+def prefill_only(plane: ServingPlane) -> Iterator[Placed]:
     """The EAGLE3 example at each release with no decode pod yet."""
     objects = {str(v): _at_release(_variant("llama", decode={"replicas": 0}), v) for v in sorted(PROFILES)}
     yield from _place(plane, objects, ready=False)
 
 
-def test_router_is_ready_only_with_both_roles(plane: Plane, prefill_only: Placed) -> None:
+def test_router_is_ready_only_with_both_roles(plane: ServingPlane, prefill_only: Placed) -> None:
     """At each release (both at once, so their start-ups overlap): Ready prefill, no decode -> the router pod never
     becomes Ready; a decode pod added -> it does, and serves."""
     cluster = plane.cluster
@@ -280,7 +262,7 @@ def _router_pods(cluster: Cluster, namespace: str, name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def miswired(plane: Plane) -> Iterator[Placed]:
+def miswired(plane: ServingPlane) -> Iterator[Placed]:
     """The EAGLE3 example at each release, its prefill's bootstrap server listening on another port than its pod
     advertises (the emulator's `bootstrap-port` fault: a server started with another port than the annotation says).
     Decode's handshake timeouts are short, and SGLang 0.5.23's 15 retries a second apart (fixed in its source) are
@@ -300,7 +282,7 @@ def miswired(plane: Plane) -> Iterator[Placed]:
 
 @pytest.mark.parametrize("version", sorted(PROFILES))
 def test_a_prefill_listening_on_another_bootstrap_port_fails_requests(
-    plane: Plane, miswired: Placed, version: str
+    plane: ServingPlane, miswired: Placed, version: str
 ) -> None:
     """The router hands decode the port in the prefill pod's annotation; a prefill whose bootstrap server listens
     elsewhere makes every request fail visibly, naming the handshake, as it would on GPUs. The router is Ready (both
@@ -323,7 +305,7 @@ def test_a_prefill_listening_on_another_bootstrap_port_fails_requests(
 # ---- a decode pod deleted mid-stream ----------------------------------------------------------------------------
 
 
-def test_deleting_a_decode_pod_mid_stream_drains_it(plane: Plane, namespace: str) -> None:
+def test_deleting_a_decode_pod_mid_stream_drains_it(plane: ServingPlane, namespace: str) -> None:
     cluster = plane.cluster
     slow = {"emulator.disaggspec.io/tokens-per-second": "20"}
     # The shortest drain: a 15 s preStop pause (the pod runner runs it) before SIGTERM, instead of 35 s.
@@ -364,7 +346,7 @@ def test_deleting_a_decode_pod_mid_stream_drains_it(plane: Plane, namespace: str
 
 
 @pytest.fixture(scope="module")
-def unhealthy(plane: Plane) -> Iterator[Placed]:
+def unhealthy(plane: ServingPlane) -> Iterator[Placed]:
     """The EAGLE3 example whose decode accepts no draft token (`accept-length` 1.0), at 0.5.2 (no verify-step
     counter: steps are estimated from tokens), and at 0.5.23 one whose prefill fails every KV transfer."""
     rejecting = {"emulator.disaggspec.io/accept-length": "1.0"}
@@ -421,7 +403,7 @@ class _Background:
         return self.result["report"]
 
 
-def test_runtime_health_follows_the_accept_length_and_transfer_failures(plane: Plane, unhealthy: Placed) -> None:
+def test_runtime_health_follows_the_accept_length_and_transfer_failures(plane: ServingPlane, unhealthy: Placed) -> None:
     cluster, operator = plane.cluster, plane.operator
     (ns_a, obj_a), (ns_t, obj_t) = unhealthy["accept"], unhealthy["transfer"]
     name_a, name_t = obj_a["metadata"]["name"], obj_t["metadata"]["name"]

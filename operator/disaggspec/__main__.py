@@ -1,8 +1,9 @@
 """Entry point: `python -m disaggspec` (or `disaggspec-operator`) runs the operator.
 
-Parses flags, loads Kubernetes credentials (in-cluster, or KUBECONFIG), starts the metrics/health server, wires the
-reconciler into the kopf handlers and runs kopf. Settings shared by every service come from `DISAGGSPEC_*`
-environment variables (see `disaggspec.config`).
+Parses flags, loads Kubernetes credentials (in-cluster, or KUBECONFIG), builds the `runtime.controller.Controller`
+and the `reconcile.Reconciler` it runs, starts the metrics/health server and runs kopf with the controller in its
+memo (the kopf handlers, `disaggspec.handlers`, delegate to it). Settings shared by every service come from
+`DISAGGSPEC_*` environment variables (see `disaggspec.config`).
 
 With `--leader-elect` (the chart's default) several replicas may run: each watches and serves the webhook, only the
 holder of the Lease `<namespace>/<id>` reconciles. A leader that cannot renew exits with status 1 (the pod restarts
@@ -22,9 +23,10 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from disaggspec import apply, cert_reload, config, handlers, health, leader, metrics, webhook_certs, webhookconfig
+from disaggspec import apply, config, handlers, metrics
 from disaggspec.reconcile import Reconciler
-from disaggspec.servinghealth.monitor import Monitor
+from disaggspec.runtime import cert_reload, health, leader, webhook_certs, webhook_config
+from disaggspec.runtime.controller import Controller
 
 
 def _api_client() -> k8s.ApiClient:
@@ -66,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--webhook-timeout-seconds",
         type=_webhook_timeout,
-        default=webhookconfig.DEFAULT_TIMEOUT_SECONDS,
+        default=webhook_config.DEFAULT_TIMEOUT_SECONDS,
         help="how long the API server waits for the webhook before ignoring it (1-30)",
     )
     parser.add_argument("--log-level", default=os.environ.get("DISAGGSPEC_LOG_LEVEL", "INFO"))
@@ -132,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf").setLevel(logging.WARNING)
     settings = config.from_env()
     namespaces = tuple(args.namespace) or settings.namespaces
-    health.HEALTH.grace_seconds = args.health_grace_seconds
     client = apply.Client(_api_client())
     elector: leader.LeaderElector | None = None
     if args.leader_elect:
@@ -148,58 +149,55 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
-    handlers.RUNTIME.leader = elector
-    monitor = Monitor(
-        settings.health,
-        list_pods=handlers.list_pool_pods,
-        services=handlers.RUNTIME.services.keys,
-        requeue=handlers.requeue,
-        is_leader=handlers.is_leader,
+    controller = Controller(
+        client,
+        settings,
+        namespaces=namespaces,
+        leader=elector,
+        health=health.Health(grace_seconds=args.health_grace_seconds),
     )
-    handlers.RUNTIME.health_monitor = monitor
-    handlers.RUNTIME.reconciler = Reconciler(
-        client, settings, client.post_event, services=handlers.RUNTIME.services, runtime_health=monitor.verdict
+    controller.reconciler = Reconciler(
+        client,
+        settings,
+        client.post_event,
+        services=controller.services,
+        runtime_health=controller.health_monitor.verdict,
+        availability=controller.availability,
     )
-    handlers.RUNTIME.namespaces = namespaces
     if args.webhook == "on":
-        cert, key, ca = args.webhook_cert, args.webhook_key, args.webhook_ca
-        if cert is None and args.webhook_host:
-            cert, key = (str(p) for p in webhook_certs.self_signed(args.webhook_host))
-        elif cert is not None:
-            mounted = [Path(p) for p in (cert, key, ca) if p]
-            cert_reload.CertificateWatcher(mounted, interval=args.cert_check_seconds).start()
-        if ca is not None and not Path(ca).is_file():
-            # Some issuers publish no ca.crt; the served chain then doubles as the bundle (kopf's default).
-            logging.getLogger(__name__).warning("--webhook-ca %s does not exist: using the certificate as CA", ca)
-            ca = None
-        options = handlers.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
+        options = webhook_options(args)
         handlers.enable_webhook()
-        handlers.RUNTIME.webhook_server = webhook_server(client, options, args.webhook_timeout_seconds)
-    metrics.serve(args.metrics_addr, args.metrics_port)
+        controller.serve_webhook(options, args.webhook_timeout_seconds)
+    metrics.serve(args.metrics_addr, args.metrics_port, controller.health)
     if elector is not None:
         elector.start()
     try:
-        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces)
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            memo=handlers.memo_for(controller),
+        )
     finally:
         if elector is not None:
             elector.release()
     return 0
 
 
-def webhook_server(
-    client: apply.Client, options: handlers.WebhookOptions, timeout_seconds: int
-) -> webhookconfig.ConfiguringWebhookServer:
-    """kopf's webhook server for `options`, registering itself in the ValidatingWebhookConfiguration."""
-    return webhookconfig.ConfiguringWebhookServer(
-        client=client,
-        timeout_seconds=timeout_seconds,
-        addr=options.addr,
-        port=options.port,
-        host=options.host,
-        certfile=options.certfile,
-        pkeyfile=options.pkeyfile,
-        cafile=options.cafile,
-    )
+def webhook_options(args: argparse.Namespace) -> webhook_config.WebhookOptions:
+    """How to serve the webhook: the mounted certificate (watched: a renewal restarts the operator), else a
+    self-signed one for `--webhook-host`, else kopf's own."""
+    cert, key, ca = args.webhook_cert, args.webhook_key, args.webhook_ca
+    if cert is None and args.webhook_host:
+        cert, key = (str(p) for p in webhook_certs.self_signed(args.webhook_host))
+    elif cert is not None:
+        mounted = [Path(p) for p in (cert, key, ca) if p]
+        cert_reload.CertificateWatcher(mounted, interval=args.cert_check_seconds).start()
+    if ca is not None and not Path(ca).is_file():
+        # Some issuers publish no ca.crt; the served chain then doubles as the bundle (kopf's default).
+        logging.getLogger(__name__).warning("--webhook-ca %s does not exist: using the certificate as CA", ca)
+        ca = None
+    return webhook_config.WebhookOptions(args.webhook_addr, args.webhook_port, args.webhook_host, cert, key, ca)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""The only module that writes to the Kubernetes API: server-side apply of children, pruning, the status patch.
+"""The Kubernetes client, and the writes of a pass: server-side apply of children, pruning, the status patch, Events.
+
+The one module that imports the `kubernetes` client library: every API request of the operator goes through
+`Client.request`. What writes through it: this module (children, status, Events, for `reconcile`), `runtime.leader`
+(its Lease) and `runtime.webhook_config` (the ValidatingWebhookConfiguration); the informers and the controller only
+read (`list_pages`: the one paged-LIST loop).
 
 Children are applied with one field manager and `force=true` (the operator owns every field it renders), each with
 a controller owner reference to its DisaggSpecService so deleting the service garbage-collects them. A child is
@@ -26,7 +31,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -81,7 +86,8 @@ OWNED_KINDS: tuple[Kind, ...] = (
     LEADER_WORKER_SET,
 )
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
-SERVICE_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
+DSS_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)
+"""The DisaggSpecService custom resource (not a core `SERVICE`)."""
 EVENT = Kind("v1", "Event", "events")
 
 
@@ -297,7 +303,7 @@ class Client:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource; returns the whole updated object."""
-        path = f"{SERVICE_RESOURCE.item(namespace, name)}/status"
+        path = f"{DSS_RESOURCE.item(namespace, name)}/status"
         return self.request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
 
@@ -518,15 +524,30 @@ def fetch_unseen(
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
+ListPage = Callable[[dict[str, str]], dict[str, Any]]
+"""(query) -> one LIST response: a GET of one collection with that query string."""
+
+
+def list_pages(get: ListPage, query: Mapping[str, str], page: int) -> Iterator[dict[str, Any]]:
+    """Every page of a paged LIST: `get` with `query` and `limit=page`, then again with each `continue` token the
+    server hands back, until a page comes without one. Pages are yielded as they arrive (a caller may stop early).
+
+    An empty page (also the last one, when the count is a multiple of the page size) says `items: null`.
+    """
+    current = {**query, "limit": str(page)}
+    while True:
+        response = get(current)
+        yield response
+        token = (response.get("metadata") or {}).get("continue")
+        if not token:
+            return
+        current = {**current, "continue": str(token)}
+
+
 def list_uids(client: Client, kind: Kind, namespace: str | None, selector: str, page: int = 500) -> set[str]:
     """UIDs of every object of `kind` matching `selector`, in `namespace` or in all (paged, metadata-only LISTs)."""
-    uids: set[str] = set()
-    query = {"labelSelector": selector, "limit": str(page)}
-    while True:
-        response = client.request("GET", kind.collection(namespace), query, accept=METADATA_ONLY)
-        # An empty page (also the last one, when the count is a multiple of the page size) says `items: null`.
-        uids |= {str(item["metadata"]["uid"]) for item in response.get("items") or []}
-        token = response.get("metadata", {}).get("continue")
-        if not token:
-            return uids
-        query["continue"] = token
+    path = kind.collection(namespace)
+    pages = list_pages(
+        lambda query: client.request("GET", path, query, accept=METADATA_ONLY), {"labelSelector": selector}, page
+    )
+    return {str(item["metadata"]["uid"]) for response in pages for item in response.get("items") or []}

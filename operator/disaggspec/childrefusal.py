@@ -118,6 +118,61 @@ def _env_index(manifest: Mapping[str, Any], container: str | None, index: str | 
         return None
 
 
+def _container_field(
+    parts: list[tuple[str, str | None]],
+    container: str | None,
+    block: str,
+    pool: str | None,
+    manifest: Mapping[str, Any],
+    spec: Mapping[str, Any],
+) -> str | None:
+    """The service field behind `containers[container].<parts>` of a workload's pod template."""
+    inner, inner_index = parts[0]
+    if inner == "resources":
+        return f"{block}.resources"
+    if pool and inner == "volumeMounts":
+        return "spec.model.volume"
+    if inner == "image":
+        return "spec.sglang.image" if pool else "spec.router.image"
+    if pool and inner == "env":
+        name = _env_index(manifest, container, inner_index)
+        user_env = [str(var.get("name")) for var in spec.get(pool, {}).get("env", []) or []]
+        if name is None:
+            return f"{block}.env" if inner_index is None else None
+        if name in user_env:
+            return f"{block}.env[{user_env.index(name)}]"
+    return None
+
+
+def _pod_template_field(
+    parts: list[tuple[str, str | None]],
+    block: str,
+    pool: str | None,
+    manifest: Mapping[str, Any],
+    spec: Mapping[str, Any],
+) -> str | None:
+    """The service field behind `spec.template.<parts>` of a workload (a pool's, or the router's)."""
+    keys = [key for key, _ in parts]
+    if keys[0] in ("labels", "metadata") and pool and "labels" in keys:
+        return f"{block}.podLabels"
+    if keys[0] in ("annotations", "metadata") and pool and "annotations" in keys:
+        return f"{block}.podAnnotations"
+    if keys[0] != "spec" or len(keys) < 2:
+        return None
+    what, index = parts[1]
+    if pool and what == "nodeSelector":
+        return f"{block}.nodeSelector"
+    if pool and what == "tolerations":
+        return f"{block}.tolerations" + (f"[{index}]" if index is not None and index.isdigit() else "")
+    if pool and what == "affinity":
+        return f"{block}.affinity"
+    if pool and what == "volumes":
+        return "spec.model.volume"
+    if what != "containers" or len(keys) < 3:
+        return None
+    return _container_field(parts[2:], index, block, pool, manifest, spec)
+
+
 def spec_field(field: str, manifest: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
     """The DisaggSpecService field a child field comes from, when that is unambiguous; None otherwise.
 
@@ -125,8 +180,8 @@ def spec_field(field: str, manifest: Mapping[str, Any], spec: Mapping[str, Any])
     env var is found in the pool's `env` by name, so operator-set variables map to nothing.
     """
     role = str(manifest.get("metadata", {}).get("labels", {}).get(c.LABEL_ROLE, ""))
-    pool = role if role in (c.ROLE_PREFILL, c.ROLE_DECODE) else None
-    block = f"spec.{role}" if role in (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER) else None
+    pool = role if role in c.POOLS else None
+    block = f"spec.{role}" if role in c.ROLES else None
     parts = _parts(field)
     keys = [key for key, _ in parts]
     if manifest.get("kind") == "Service" and role == c.ROLE_ROUTER and keys[:2] == ["spec", "type"]:
@@ -146,39 +201,7 @@ def spec_field(field: str, manifest: Mapping[str, Any], spec: Mapping[str, Any])
         return f"{block}.replicas"
     if keys[:2] != ["spec", "template"] or len(keys) < 3:
         return None
-    rest, rest_parts = keys[2:], parts[2:]
-    if rest[0] in ("labels", "metadata") and pool and "labels" in rest:
-        return f"{block}.podLabels"
-    if rest[0] in ("annotations", "metadata") and pool and "annotations" in rest:
-        return f"{block}.podAnnotations"
-    if rest[0] != "spec" or len(rest) < 2:
-        return None
-    what, index = rest[1], rest_parts[1][1]
-    if pool and what == "nodeSelector":
-        return f"{block}.nodeSelector"
-    if pool and what == "tolerations":
-        return f"{block}.tolerations" + (f"[{index}]" if index is not None and index.isdigit() else "")
-    if pool and what == "affinity":
-        return f"{block}.affinity"
-    if pool and what == "volumes":
-        return "spec.model.volume"
-    if what != "containers" or len(rest) < 3:
-        return None
-    inner, inner_index = rest[2], rest_parts[2][1]
-    if inner == "resources":
-        return f"{block}.resources"
-    if pool and inner == "volumeMounts":
-        return "spec.model.volume"
-    if inner == "image":
-        return "spec.sglang.image" if pool else "spec.router.image"
-    if pool and inner == "env":
-        name = _env_index(manifest, rest_parts[1][1], inner_index)
-        user_env = [str(var.get("name")) for var in spec.get(pool, {}).get("env", []) or []]
-        if name is None:
-            return f"{block}.env" if inner_index is None else None
-        if name in user_env:
-            return f"{block}.env[{user_env.index(name)}]"
-    return None
+    return _pod_template_field(parts[2:], block, pool, manifest, spec)
 
 
 def _cause_text(cause: Cause) -> str:

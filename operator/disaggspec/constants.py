@@ -5,12 +5,19 @@ Every key is a constant with a one-line doc so a grep finds each place that read
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
-# The API's coordinates are defined once, with the models.
-from disaggspec.api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
-
-__all__ = ["API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION"]
+# ---- the API's coordinates (disaggspec.api.v1alpha1 re-exports them) -----------------------------------------------
+GROUP: Final = "disaggspec.io"
+"""The API group of the DisaggSpecService resource."""
+VERSION: Final = "v1alpha1"
+"""The API version the models of disaggspec.api.v1alpha1 describe."""
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+"""apiVersion of a DisaggSpecService: group/version."""
+KIND: Final = "DisaggSpecService"
+"""kind of the resource."""
+PLURAL: Final = "disaggspecservices"
+"""The resource's plural name, as in its API path and the CRD's name (<plural>.<group>)."""
 
 FIELD_MANAGER: Final = "disaggspec-operator"
 """The one server-side-apply field manager the operator writes every child with."""
@@ -69,6 +76,14 @@ ANNOTATION_MULTUS_NETWORKS: Final = "k8s.v1.cni.cncf.io/networks"
 ROLE_PREFILL: Final = "prefill"
 ROLE_DECODE: Final = "decode"
 ROLE_ROUTER: Final = "router"
+PoolName = Literal["prefill", "decode"]
+"""The role of a pool: the spec block it is declared in (`spec.prefill`, `spec.decode`)."""
+Role = Literal["prefill", "decode", "router"]
+"""The role of a workload of a service: one of the two pools, or the router."""
+POOLS: Final[tuple[PoolName, PoolName]] = (ROLE_PREFILL, ROLE_DECODE)
+"""The two pools, prefill first: the order rules, status, metrics and the rollout planner list them in."""
+ROLES: Final[tuple[Role, Role, Role]] = (ROLE_PREFILL, ROLE_DECODE, ROLE_ROUTER)
+"""Every role of a service's workloads: the two pools, then the router."""
 
 # ---- conditions ----------------------------------------------------------------------------------------------------
 CONDITION_READY: Final = "Ready"

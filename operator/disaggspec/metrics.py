@@ -1,7 +1,8 @@
-"""The operator's Prometheus metrics and the HTTP server that exposes them with a liveness endpoint.
+"""The operator's Prometheus metrics and the HTTP server that exposes them with the probes; no API access.
 
-Metric names carry the `disaggspec_` prefix. Everything lives in one private registry so tests and the benchmark can
-read values without the process-wide default registry's collectors.
+The probes answer from the `Probes` handed to `serve` (the controller's `runtime.health.Health`). Metric names carry
+the `disaggspec_` prefix. Everything lives in one private registry so tests and the benchmark can read values
+without the process-wide default registry's collectors.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ import contextlib
 import threading
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from disaggspec import health
 
 if TYPE_CHECKING:
     from disaggspec.servinghealth.judge import Verdict
@@ -196,19 +195,33 @@ class ConditionTally:
 TALLY = ConditionTally()
 
 
+class Probes(Protocol):
+    """What the probes answer from (`runtime.health.Health`): (alive, lines) and (ready, what holds it back)."""
+
+    def status(self) -> tuple[bool, list[str]]: ...
+
+    def ready(self) -> tuple[bool, list[str]]: ...
+
+
+class _Server(ThreadingHTTPServer):
+    probes: Probes
+
+
 class _Handler(BaseHTTPRequestHandler):
     """/metrics; /healthz and /livez (liveness: 500 once a component failed beyond its grace period); /readyz
     (readiness: 503 until every gating component, the webhook server and the caches, has worked once)."""
+
+    server: _Server
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/metrics":
             self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
         elif path in ("/healthz", "/livez"):
-            alive, lines = health.HEALTH.status()
+            alive, lines = self.server.probes.status()
             self._send(200 if alive else 500, _text("ok" if alive else "unhealthy", lines), "text/plain; charset=utf-8")
         elif path == "/readyz":
-            ready, waiting = health.HEALTH.ready()
+            ready, waiting = self.server.probes.ready()
             self._send(
                 200 if ready else 503, _text("ok" if ready else "not ready", waiting), "text/plain; charset=utf-8"
             )
@@ -230,9 +243,11 @@ def _text(verdict: str, lines: list[str]) -> bytes:
     return "".join(f"{line}\n" for line in [verdict, *lines]).encode()
 
 
-def serve(host: str, port: int) -> ThreadingHTTPServer:
-    """Serve /metrics, /healthz, /livez and /readyz on a daemon thread; returns the server (its port if 0 was asked)."""
-    server = ThreadingHTTPServer((host, port), _Handler)
+def serve(host: str, port: int, probes: Probes) -> ThreadingHTTPServer:
+    """Serve /metrics, and /healthz, /livez and /readyz from `probes`, on a daemon thread; returns the server (its
+    port if 0 was asked)."""
+    server = _Server((host, port), _Handler)
+    server.probes = probes
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

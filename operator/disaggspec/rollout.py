@@ -1,4 +1,5 @@
-"""Plans a coordinated prefill/decode rollout across revisions; pure: no clock (the caller passes `now`), no I/O.
+"""Plans a coordinated prefill/decode rollout across revisions; pure: no clock (the caller passes `now` and the
+rollout's time budget, `revision.RolloutTiming`), no I/O, nothing of the renderer.
 
 A revision is the set of children of one spec fingerprint: a prefill, a decode and a router Deployment named
 `<service>-<role>-<8 hex of the fingerprint>`, each carrying the spec it was rendered from. The router of a revision
@@ -36,14 +37,9 @@ from typing import Any, Final
 import pydantic
 
 from disaggspec import constants as c
-from disaggspec.api import DisaggSpecService, PoolName, pool
+from disaggspec.api import DisaggSpecService
 from disaggspec.api.v1alpha1 import RevisionPoolStatus, RevisionStatus, RevisionTraffic
-from disaggspec.render import Revision, lifecycle, names
-from disaggspec.render.pool import pod_gpus
-
-POOL_ROLES: tuple[PoolName, PoolName] = (c.ROLE_PREFILL, c.ROLE_DECODE)
-ROLES: tuple[str, str, str] = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
-
+from disaggspec.revision import REVISION_SPEC_ANNOTATION, Revision, RolloutTiming, revision_name
 
 LEGACY_PREFIX: Final = "legacy-"
 """Key prefix of the revisions `observe` finds without a stored spec (made by an operator before revisions)."""
@@ -83,7 +79,7 @@ class LiveRevision:
     counts: Mapping[str, Count]
     """Per role (prefill, decode, router); a missing Deployment counts zero."""
     spec: str | None
-    """The stored spec (`names.REVISION_SPEC_ANNOTATION`), None when no Deployment carries one."""
+    """The stored spec (`revision.REVISION_SPEC_ANNOTATION`), None when no Deployment carries one."""
     created: str | None
     """The earliest creationTimestamp of its Deployments."""
     deployments: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -107,18 +103,18 @@ def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, L
         role = labels.get(c.LABEL_ROLE)
         if obj.get("kind") not in WORKLOAD_KINDS or labels.get(c.LABEL_SERVICE) != service_name or not fingerprint:
             continue
-        if role not in ROLES:
+        if role not in c.ROLES:
             continue
         annotations = obj.get("metadata", {}).get("annotations") or {}
         # Deployments of an operator before revisions carry no stored spec (and select every pod of their role):
         # never the current revision's, even under the same fingerprint.
-        key = str(fingerprint) if names.REVISION_SPEC_ANNOTATION in annotations else LEGACY_PREFIX + str(fingerprint)
+        key = str(fingerprint) if REVISION_SPEC_ANNOTATION in annotations else LEGACY_PREFIX + str(fingerprint)
         grouped.setdefault(key, {})[str(role)] = as_deployment_status(obj)
     revisions: dict[str, LiveRevision] = {}
     for fingerprint, deployments in grouped.items():
         counts = {role: _count(obj) for role, obj in deployments.items()}
         stored = [
-            (obj.get("metadata", {}).get("annotations") or {}).get(names.REVISION_SPEC_ANNOTATION)
+            (obj.get("metadata", {}).get("annotations") or {}).get(REVISION_SPEC_ANNOTATION)
             for obj in deployments.values()
         ]
         created = sorted(
@@ -202,17 +198,6 @@ def format_time(value: datetime.datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def progress_deadline_seconds(service: DisaggSpecService) -> int:
-    """spec.rollout.progressDeadlineSeconds, else the larger pool's Deployment progress deadline."""
-    given = service.spec.rollout.progress_deadline_seconds
-    if given is not None:
-        return given
-    return max(
-        lifecycle.progress_deadline_seconds(pool(service.spec, role).lifecycle, pod_gpus(service, role))
-        for role in POOL_ROLES
-    )
-
-
 def stored_service(service: DisaggSpecService, stored: str | None) -> DisaggSpecService | None:
     """The service as it was when a revision was rendered (its stored spec), or None when that cannot be read."""
     if not stored:
@@ -240,11 +225,11 @@ def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequen
     """The current revision's pool replicas this pass: towards the desired, within maxSurge and maxSkew."""
     rollout = service.spec.rollout
     desired = desired_replicas(service)
-    ready = {role: current.count(role).ready if current else 0 for role in POOL_ROLES}
-    asked = {role: current.count(role).replicas if current else 0 for role in POOL_ROLES}
-    progress: dict[str, float] = {role: (ready[role] / desired[role]) if desired[role] else 1.0 for role in POOL_ROLES}
+    ready = {role: current.count(role).ready if current else 0 for role in c.POOLS}
+    asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
+    progress: dict[str, float] = {role: (ready[role] / desired[role]) if desired[role] else 1.0 for role in c.POOLS}
     grown: dict[str, int] = {}
-    for role in POOL_ROLES:
+    for role in c.POOLS:
         other = c.ROLE_DECODE if role == c.ROLE_PREFILL else c.ROLE_PREFILL
         old_pods = sum(old.count(role).held for old in olds)
         surge_cap = desired[role] + rollout.max_surge - old_pods
@@ -263,7 +248,7 @@ def _shrink(
     desired = desired_replicas(service)
     serving_new = current is not None and current.serving
     targets: dict[str, dict[str, int]] = {}
-    for role in POOL_ROLES:
+    for role in c.POOLS:
         ready_new = current.count(role).staying if current is not None and serving_new else 0
         ready_old = sum(old.count(role).staying for old in olds if old.serving)
         budget = max(0, ready_new + ready_old - (desired[role] - rollout.max_unavailable))
@@ -280,39 +265,35 @@ def _shrink(
             targets.setdefault(old.fingerprint, {})[role] = keep
     for old in olds:
         kept = targets[old.fingerprint]
-        if old.serving and any(kept[role] == 0 for role in POOL_ROLES) and any(kept[role] for role in POOL_ROLES):
+        if old.serving and any(kept[role] == 0 for role in c.POOLS) and any(kept[role] for role in c.POOLS):
             # A serving revision keeps a whole pair until both pools go: its router stays in the Service until its
             # readiness probe fails, and would meanwhile fail every request for want of the missing role.
-            for role in POOL_ROLES:
+            for role in c.POOLS:
                 kept[role] = max(kept[role], min(1, old.count(role).staying))
     return targets
 
 
-ROUTER_GONE_SECONDS: Final = float(lifecycle.ROUTER_PRESTOP_SECONDS + 5)
-"""Where the API server does not count terminating pods: how long after its router was scaled to zero a retiring
-revision's router counts as gone (its preStop pause, during which it leaves the Service, and a margin)."""
-
-
-def _router_gone(router: Count, retiring_since: str, now: str) -> bool:
-    """No router pod of the retiring revision exists any more, terminating ones included."""
+def _router_gone(router: Count, retiring_since: str, now: str, gone_after: float) -> bool:
+    """No router pod of the retiring revision exists any more, terminating ones included (where the API server
+    does not count terminating pods: `gone_after` seconds after the router was scaled to zero)."""
     if router.replicas > 0 or router.pods > 0:
         return False
     if router.terminating is not None:
         return router.terminating == 0
-    return (parse_time(now) - parse_time(retiring_since)).total_seconds() >= ROUTER_GONE_SECONDS
+    return (parse_time(now) - parse_time(retiring_since)).total_seconds() >= gone_after
 
 
 def _last_progress(
-    fingerprint: str, current: LiveRevision | None, previous: Mapping[str, Mapping[str, Any]], now: str
+    fingerprint: str, current: LiveRevision | None, previous: Mapping[str, RevisionStatus], now: str
 ) -> str:
     """When the current revision last gained a ready pod (or was created)."""
     before = previous.get(fingerprint)
     if before is None or current is None:
         return current.created if current is not None and current.created else now
-    for role in ROLES:
-        if current.count(role).ready > int((before.get(role) or {}).get("readyReplicas", 0)):
+    for role in c.ROLES:
+        if current.count(role).ready > getattr(before, role).ready_replicas:
             return now
-    return str(before.get("lastProgressTime") or now)
+    return before.last_progress_time or now
 
 
 def _revision_status(
@@ -330,7 +311,7 @@ def _revision_status(
     legacy = fingerprint.startswith(LEGACY_PREFIX)
     return RevisionStatus(
         fingerprint=fingerprint.removeprefix(LEGACY_PREFIX),
-        name="legacy" if legacy else names.revision_name(fingerprint),
+        name="legacy" if legacy else revision_name(fingerprint),
         created=created,
         traffic=traffic,
         serving=revision is not None and revision.serving,
@@ -341,85 +322,116 @@ def _revision_status(
     )
 
 
+@dataclass(frozen=True)
+class _OldStep:
+    """What this pass does with one older revision that stays."""
+
+    revision: Revision
+    status: RevisionStatus
+    retiring: bool
+    """Its router is being removed: the pass must run again when the router should be gone."""
+
+
+def _old_step(
+    old: LiveRevision,
+    old_service: DisaggSpecService | None,
+    pools: Mapping[str, int],
+    before: Mapping[str, RevisionStatus],
+    context: tuple[str, RolloutTiming, bool],
+) -> _OldStep | None:
+    """The replicas of an older revision this pass (`pools`: its pools' share left by `_shrink`), or None when it
+    goes; `context` is (now, the rollout's timing, whether the current revision has every replica ready)."""
+    now, timing, complete = context
+    if old_service is None:
+        if complete:
+            return None  # an unreadable revision goes whole once the current one has full capacity
+        kept: dict[str, int] = {role: old.count(role).replicas for role in c.ROLES}
+        status = _revision_status(old, old.fingerprint, kept, "Draining", old.created or now, None)
+        return _OldStep(Revision(old.fingerprint, None, kept), status, retiring=False)
+    retiring: str | None = None
+    if all(pools[role] == 0 for role in c.POOLS):
+        # The router goes first, the pools once its pods are gone: a router still proxying (or still in the
+        # Service's endpoints during its preStop pause) must find its pools there.
+        was = before.get(old.fingerprint)
+        retiring = (was.retiring_since if was is not None else None) or now
+        if _router_gone(old.count(c.ROLE_ROUTER), retiring, now, timing.router_gone_seconds):
+            return None
+        replicas: dict[str, int] = {role: old.count(role).replicas for role in c.POOLS}
+        replicas[c.ROLE_ROUTER] = 0
+    else:
+        replicas = {**pools, c.ROLE_ROUTER: desired_replicas(old_service)[c.ROLE_ROUTER]}
+    status = _revision_status(old, old.fingerprint, replicas, "Draining", old.created or now, None)
+    status = status.model_copy(update={"retiring_since": retiring})
+    return _OldStep(Revision(old.fingerprint, old_service, replicas), status, retiring=retiring is not None)
+
+
+def _held(
+    fingerprint: str,
+    current: LiveRevision | None,
+    olds: Sequence[LiveRevision],
+    desired: Mapping[str, int],
+    waited: float,
+    deadline: int,
+) -> str:
+    """Progressing's message for a rollout that went past its deadline without progress."""
+    ready = ", ".join(f"{role} {current.count(role).ready if current else 0}/{desired[role]}" for role in c.ROLES)
+    return (
+        f"revision {revision_name(fingerprint)} has had no pod become ready for {int(waited)}s "
+        f"(spec.rollout.progressDeadlineSeconds {deadline}): ready {ready}; "
+        f"{', '.join(revision_name(old.fingerprint) for old in olds)} keeps serving. Check its pods (a "
+        "model that does not load, or no free GPUs for a surge pod: free some, or allow "
+        "spec.rollout.maxUnavailable 1), fix the spec, or apply the previous spec to roll back"
+    )
+
+
 def plan(
     service: DisaggSpecService,
     fingerprint: str,
     live: Mapping[str, LiveRevision],
-    previous: Sequence[Mapping[str, Any]],
+    previous: Sequence[RevisionStatus],
     now: str,
+    timing: RolloutTiming,
 ) -> Plan:
     """The revisions of this pass and their replicas (see the module docstring); `previous` is status.revisions as
-    last written (JSON), `now` RFC 3339."""
+    last written, `now` RFC 3339, `timing` the rollout's time budget (`render.rollout_timing`)."""
     desired = desired_replicas(service)
     current = live.get(fingerprint)
     olds = sorted(
         (rev for fp, rev in live.items() if fp != fingerprint), key=lambda rev: (rev.created or "", rev.fingerprint)
     )
-    before = {str(entry.get("fingerprint")): entry for entry in previous}
-    created = (current.created if current is not None else None) or str(
-        (before.get(fingerprint) or {}).get("created") or now
-    )
+    before = {entry.fingerprint: entry for entry in previous}
+    known = before.get(fingerprint)
+    created = (current.created if current is not None else None) or (known.created if known else None) or now
     if not olds:
         status = _revision_status(current, fingerprint, desired, "Active", created, None)
         return Plan((Revision(fingerprint, service, desired),), (status,))
 
     last_progress = _last_progress(fingerprint, current, before, now)
-    deadline = progress_deadline_seconds(service)
+    deadline = timing.progress_deadline_seconds
     waited = (parse_time(now) - parse_time(last_progress)).total_seconds()
-    held = None
-    wake_after: float | None = max(1.0, deadline - waited + 1)
     # A revision that cannot be scaled (no readable spec) leaves only at the end: it does not count against surge,
     # else the new revision could never grow to replace it.
     specs = {old.fingerprint: stored_service(service, old.spec) for old in olds}
     grown = _grow(service, current, [old for old in olds if specs[old.fingerprint] is not None])
-    if waited >= deadline:
-        wake_after = None
-        asked = {role: current.count(role).replicas if current else 0 for role in POOL_ROLES}
-        grown = {role: min(grown[role], max(asked[role], 1)) for role in POOL_ROLES}
-        ready = ", ".join(f"{role} {current.count(role).ready if current else 0}/{desired[role]}" for role in ROLES)
-        held = (
-            f"revision {names.revision_name(fingerprint)} has had no pod become ready for {int(waited)}s "
-            f"(spec.rollout.progressDeadlineSeconds {deadline}): ready {ready}; "
-            f"{', '.join(names.revision_name(old.fingerprint) for old in olds)} keeps serving. Check its pods (a "
-            "model that does not load, or no free GPUs for a surge pod: free some, or allow "
-            "spec.rollout.maxUnavailable 1), fix the spec, or apply the previous spec to roll back"
-        )
+    held = _held(fingerprint, current, olds, desired, waited, deadline) if waited >= deadline else None
+    wake_after: float | None = None if held else max(1.0, deadline - waited + 1)
+    if held:
+        asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
+        grown = {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
     current_replicas = {**grown, c.ROLE_ROUTER: desired[c.ROLE_ROUTER]}
-    shrunk = _shrink(service, current, olds)
-
-    complete = current is not None and all(current.count(role).ready >= desired[role] for role in ROLES)
+    traffic: RevisionTraffic = "Failed" if held else "Rolling"
     plans = [Revision(fingerprint, service, current_replicas)]
-    statuses = [
-        _revision_status(
-            current, fingerprint, current_replicas, "Failed" if held else "Rolling", created, last_progress
-        )
-    ]
+    statuses = [_revision_status(current, fingerprint, current_replicas, traffic, created, last_progress)]
+    shrunk = _shrink(service, current, olds)
+    complete = current is not None and all(current.count(role).ready >= desired[role] for role in c.ROLES)
     draining: list[str] = []
     for old in olds:
-        old_service = specs[old.fingerprint]
-        if old_service is None:
-            if complete:
-                continue  # an unreadable revision goes whole once the current one has full capacity
-            kept = {role: old.count(role).replicas for role in ROLES}
-            plans.append(Revision(old.fingerprint, None, kept))
-            statuses.append(_revision_status(old, old.fingerprint, kept, "Draining", old.created or now, None))
-            draining.append(names.revision_name(old.fingerprint))
+        step = _old_step(old, specs[old.fingerprint], shrunk[old.fingerprint], before, (now, timing, complete))
+        if step is None:
             continue
-        pools = shrunk[old.fingerprint]
-        retiring: str | None = None
-        if all(pools[role] == 0 for role in POOL_ROLES):
-            # The router goes first, the pools once its pods are gone: a router still proxying (or still in the
-            # Service's endpoints during its preStop pause) must find its pools there.
-            retiring = str((before.get(old.fingerprint) or {}).get("retiringSince") or now)
-            if _router_gone(old.count(c.ROLE_ROUTER), retiring, now):
-                continue
-            replicas: dict[str, int] = {role: old.count(role).replicas for role in POOL_ROLES}
-            replicas[c.ROLE_ROUTER] = 0
-            wake_after = min(wake_after or ROUTER_GONE_SECONDS, ROUTER_GONE_SECONDS)
-        else:
-            replicas = {**pools, c.ROLE_ROUTER: desired_replicas(old_service)[c.ROLE_ROUTER]}
-        plans.append(Revision(old.fingerprint, old_service, replicas))
-        status = _revision_status(old, old.fingerprint, replicas, "Draining", old.created or now, None)
-        statuses.append(status.model_copy(update={"retiring_since": retiring}))
-        draining.append(names.revision_name(old.fingerprint))
+        plans.append(step.revision)
+        statuses.append(step.status)
+        draining.append(revision_name(old.fingerprint))
+        if step.retiring:
+            wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
     return Plan(tuple(plans), tuple(statuses), held, tuple(draining), wake_after if draining else None)

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
+
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus, RevisionStatus
 from disaggspec.conditions import ConditionReason
 from disaggspec.rejection import Rejection
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
-
-POOLS: tuple[str, ...] = (c.ROLE_PREFILL, c.ROLE_DECODE, c.ROLE_ROUTER)
 
 # The Deployment controller's own condition vocabulary (apps/v1), read to tell a stuck rollout; never written.
 _DEPLOYMENT_PROGRESSING = "Progressing"
@@ -60,7 +60,8 @@ class Observation:
     """Set when the service's namespace is denied to the operator (no children are created there)."""
     refused: str | None = None
     missing_api: str | None = None
-    """Why the spec cannot be applied: it needs an API the cluster does not serve (`apis`); nothing was applied."""
+    """Why the spec cannot be applied: it needs an API the cluster does not serve (`runtime.availability`); nothing
+    was applied."""
     """Why the API server refuses a child (`childrefusal.explain`), when it does; nothing of the pass was applied."""
     render_error: str | None = None
     """The error rendering raised (a bug), when it did; no child was changed."""
@@ -163,93 +164,119 @@ def conditions(observation: Observation) -> list[Condition]:
     runtime-health pair SpecDecodeHealthy and TransferHealthy (straight from the verdict); then ModelCached when a
     model cache is set."""
     gen = observation.generation
-    deployments = observation.deployments
-    wanted = observation.desired or {}
-    pending = [
-        role
-        for role in POOLS
-        if not rolled_out(deployments.get(role))
-        # Mid-rollout the current revision's Deployment may be rolled out at fewer replicas than the spec's.
-        or (role in wanted and int((deployments.get(role) or {}).get("spec", {}).get("replicas", 1)) != wanted[role])
-    ]
     cache = None if observation.model_cache is None else model_cached(observation.model_cache)
     filling = cache is not None and cache[0] == r.MODEL_CACHED_FILLING
-    # While the cache fills, the pool pods wait by design: a progress deadline passed then is not a stuck rollout.
-    blocked = {} if filling else {role: why for role in POOLS if (why := stuck(deployments.get(role))) is not None}
-    rejected = bool(observation.rejection)
-
-    if rejected:
-        consistent = _condition(r.CONSISTENT_RULE_VIOLATED, observation.rejection.text, gen)
-    elif observation.render_error is not None:
-        consistent = _condition(r.CONSISTENT_RENDER_FAILED, observation.render_error, gen)
-    else:
-        consistent = _condition(r.CONSISTENT_ALL_RULES_PASSED, "prefill and decode agree", gen)
-
-    if observation.missing_api is not None:
-        degraded = _condition(r.DEGRADED_API_MISSING, observation.missing_api, gen)
-    elif observation.refused is not None:
-        degraded = _condition(r.DEGRADED_CHILD_REFUSED, observation.refused, gen)
-    elif observation.apply_error is not None:
-        degraded = _condition(r.DEGRADED_APPLY_FAILED, observation.apply_error, gen)
-    elif blocked:
-        text = "; ".join(f"{role}: {why}" for role, why in blocked.items())
-        degraded = _condition(r.DEGRADED_ROLLOUT_STUCK, text, gen)
-    else:
-        degraded = _condition(r.DEGRADED_AS_EXPECTED, "no failures", gen)
-
-    if rejected:
-        progressing = _condition(r.PROGRESSING_INVALID_SPEC, "children left unchanged", gen)
-        ready = _condition(r.READY_INVALID_SPEC, "fix the spec: see SpecConfigConsistent", gen)
-    elif observation.render_error is not None:
-        progressing = _condition(r.PROGRESSING_RENDER_FAILED, "children left unchanged", gen)
-        ready = _condition(
-            r.READY_RENDER_FAILED, "the operator could not render the children: see SpecConfigConsistent", gen
-        )
-    elif observation.missing_api is not None:
-        progressing = _condition(r.PROGRESSING_API_MISSING, "nothing applied while a needed API is missing", gen)
-        ready = _condition(r.READY_API_MISSING, "the spec is not applied: see Degraded", gen)
-    elif observation.refused is not None:
-        progressing = _condition(r.PROGRESSING_CHILD_REFUSED, "nothing applied while a child is refused", gen)
-        ready = _condition(r.READY_CHILD_REFUSED, "the spec is not applied: a child is refused, see Degraded", gen)
-    elif observation.held is not None:
-        progressing = _condition(r.PROGRESSING_ROLLOUT_HELD, observation.held, gen)
-        ready = _condition(r.READY_ROLLOUT_IN_PROGRESS, "the rollout holds: see Progressing", gen)
-    elif pending or observation.draining:
-        waiting = ", ".join(pending + [f"revision {name} to drain" for name in observation.draining])
-        progressing = _condition(r.PROGRESSING_ROLLING_OUT, f"waiting for {waiting}", gen)
-        ready = _condition(r.READY_ROLLOUT_IN_PROGRESS, f"not all replicas ready: {waiting}", gen)
-    else:
-        progressing = _condition(r.PROGRESSING_ROLLOUT_COMPLETE, "all replicas updated", gen)
-        if observation.apply_error is None:
-            ready = _condition(r.READY_ALL_REPLICAS, "prefill, decode and router ready", gen)
-        else:
-            ready = _condition(r.READY_APPLY_FAILED, observation.apply_error, gen)
-    if observation.denied_namespace is not None:
-        progressing = _condition(r.PROGRESSING_NAMESPACE_DENIED, "no children in a denied namespace", gen)
-        ready = _condition(
-            r.READY_NAMESPACE_DENIED,
-            f"namespace {observation.denied_namespace} is denied to the operator (chart value deniedNamespaces): "
-            "no children are created here; use another namespace",
-            gen,
-        )
+    progressing, ready = _progressing_and_ready(observation)
     runtime = [
         _condition(judgement.reason, judgement.message, gen)
         for judgement in (observation.runtime.spec_decode, observation.runtime.transfer)
     ]
     cached = [] if cache is None else [_condition(cache[0], cache[1], gen)]
-    return [ready, consistent, progressing, degraded, *runtime, *cached]
+    return [ready, _consistent(observation), progressing, _degraded(observation, filling), *runtime, *cached]
 
 
-def compute(observation: Observation, previous: Mapping[str, Any] | None, now: str) -> DisaggSpecServiceStatus:
-    """The full status; `now` (RFC 3339) stamps only conditions whose status changed since `previous`.
+def _consistent(observation: Observation) -> Condition:
+    gen = observation.generation
+    if observation.rejection:
+        return _condition(r.CONSISTENT_RULE_VIOLATED, observation.rejection.text, gen)
+    if observation.render_error is not None:
+        return _condition(r.CONSISTENT_RENDER_FAILED, observation.render_error, gen)
+    return _condition(r.CONSISTENT_ALL_RULES_PASSED, "prefill and decode agree", gen)
 
-    `previous` is the status as the API server holds it (JSON), read from the object this pass reconciles.
-    """
-    before = {cond["type"]: cond for cond in (previous or {}).get("conditions", [])}
+
+def _degraded(observation: Observation, filling: bool) -> Condition:
+    """Degraded; `filling`: the model cache is being filled."""
+    gen = observation.generation
+    # While the cache fills, the pool pods wait by design: a progress deadline passed then is not a stuck rollout.
+    deployments = observation.deployments
+    blocked = {} if filling else {role: why for role in c.ROLES if (why := stuck(deployments.get(role))) is not None}
+    if observation.missing_api is not None:
+        return _condition(r.DEGRADED_API_MISSING, observation.missing_api, gen)
+    if observation.refused is not None:
+        return _condition(r.DEGRADED_CHILD_REFUSED, observation.refused, gen)
+    if observation.apply_error is not None:
+        return _condition(r.DEGRADED_APPLY_FAILED, observation.apply_error, gen)
+    if blocked:
+        return _condition(r.DEGRADED_ROLLOUT_STUCK, "; ".join(f"{role}: {why}" for role, why in blocked.items()), gen)
+    return _condition(r.DEGRADED_AS_EXPECTED, "no failures", gen)
+
+
+def _pending(observation: Observation) -> list[str]:
+    """The roles whose current workload is not rolled out at the spec's replicas."""
+    deployments, wanted = observation.deployments, observation.desired or {}
+    return [
+        role
+        for role in c.ROLES
+        if not rolled_out(deployments.get(role))
+        # Mid-rollout the current revision's Deployment may be rolled out at fewer replicas than the spec's.
+        or (role in wanted and int((deployments.get(role) or {}).get("spec", {}).get("replicas", 1)) != wanted[role])
+    ]
+
+
+def _progressing_and_ready(observation: Observation) -> tuple[Condition, Condition]:
+    gen = observation.generation
+    if observation.denied_namespace is not None:
+        return _condition(r.PROGRESSING_NAMESPACE_DENIED, "no children in a denied namespace", gen), _condition(
+            r.READY_NAMESPACE_DENIED,
+            f"namespace {observation.denied_namespace} is denied to the operator (chart value deniedNamespaces): "
+            "no children are created here; use another namespace",
+            gen,
+        )
+    if observation.rejection:
+        return _condition(r.PROGRESSING_INVALID_SPEC, "children left unchanged", gen), _condition(
+            r.READY_INVALID_SPEC, "fix the spec: see SpecConfigConsistent", gen
+        )
+    if observation.render_error is not None:
+        return _condition(r.PROGRESSING_RENDER_FAILED, "children left unchanged", gen), _condition(
+            r.READY_RENDER_FAILED, "the operator could not render the children: see SpecConfigConsistent", gen
+        )
+    if observation.missing_api is not None:
+        return _condition(r.PROGRESSING_API_MISSING, "nothing applied while a needed API is missing", gen), _condition(
+            r.READY_API_MISSING, "the spec is not applied: see Degraded", gen
+        )
+    if observation.refused is not None:
+        return _condition(r.PROGRESSING_CHILD_REFUSED, "nothing applied while a child is refused", gen), _condition(
+            r.READY_CHILD_REFUSED, "the spec is not applied: a child is refused, see Degraded", gen
+        )
+    if observation.held is not None:
+        return _condition(r.PROGRESSING_ROLLOUT_HELD, observation.held, gen), _condition(
+            r.READY_ROLLOUT_IN_PROGRESS, "the rollout holds: see Progressing", gen
+        )
+    pending = _pending(observation)
+    if pending or observation.draining:
+        waiting = ", ".join(pending + [f"revision {name} to drain" for name in observation.draining])
+        return _condition(r.PROGRESSING_ROLLING_OUT, f"waiting for {waiting}", gen), _condition(
+            r.READY_ROLLOUT_IN_PROGRESS, f"not all replicas ready: {waiting}", gen
+        )
+    complete = _condition(r.PROGRESSING_ROLLOUT_COMPLETE, "all replicas updated", gen)
+    if observation.apply_error is None:
+        return complete, _condition(r.READY_ALL_REPLICAS, "prefill, decode and router ready", gen)
+    return complete, _condition(r.READY_APPLY_FAILED, observation.apply_error, gen)
+
+
+def parse_previous(wire: Mapping[str, Any] | None) -> DisaggSpecServiceStatus | None:
+    """The status as the API server holds it (its JSON), as the typed model; None when there is none, or when it
+    cannot be read (edited by hand into something invalid): the pass then computes and writes it afresh."""
+    if not wire:
+        return None
+    try:
+        return DisaggSpecServiceStatus.model_validate(wire)
+    except pydantic.ValidationError:
+        return None
+
+
+def previous_condition(previous: DisaggSpecServiceStatus | None, type_: str) -> Condition | None:
+    """The condition `type_` as last written, if any."""
+    return next((cond for cond in previous.conditions if cond.type == type_), None) if previous else None
+
+
+def compute(observation: Observation, previous: DisaggSpecServiceStatus | None, now: str) -> DisaggSpecServiceStatus:
+    """The full status; `now` (RFC 3339) stamps only conditions whose status changed since `previous`, the status
+    as last written (`parse_previous`)."""
     stamped = []
     for condition in conditions(observation):
-        old = before.get(condition.type)
-        since = old["lastTransitionTime"] if old is not None and old.get("status") == condition.status else now
+        old = previous_condition(previous, condition.type)
+        since = old.last_transition_time if old is not None and old.status == condition.status else now
         stamped.append(condition.model_copy(update={"last_transition_time": since}))
     return DisaggSpecServiceStatus(
         observed_generation=observation.generation,
@@ -271,8 +298,10 @@ def _pool_of(observation: Observation, role: str) -> PoolStatus:
     return pool_status(observation.deployments.get(role), desired, ready, ready)
 
 
-def changed(new: DisaggSpecServiceStatus, previous: Mapping[str, Any] | None) -> bool:
-    """True when writing `new` would change what the API server already holds in `previous` (its JSON)."""
+def changed(new: DisaggSpecServiceStatus, previous: DisaggSpecServiceStatus | None) -> bool:
+    """True when writing `new` would change what the API server already holds as `previous`. A status write is a
+    merge patch of `new.to_wire()`, so only the fields `new` sets are compared."""
     if previous is None:
         return True
-    return any(previous.get(key) != value for key, value in new.to_wire().items())
+    held = previous.to_wire()
+    return any(held.get(key) != value for key, value in new.to_wire().items())

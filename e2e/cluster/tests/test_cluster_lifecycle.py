@@ -12,6 +12,7 @@ import pytest
 
 from e2e.cluster import build, controlplane, processes
 from e2e.cluster.controlplane import ClusterError, LocalCluster, Ports
+from e2e.support.fixtures import needs_built
 
 # Far from the session cluster's and the demo cluster's ports.
 PORT_BASE = 18379
@@ -54,9 +55,7 @@ def test_non_cluster_directory_is_refused(scratch_cluster: LocalCluster) -> None
         scratch_cluster.up(port_base=PORT_BASE)
 
 
-@pytest.mark.skipif(
-    not (build.ETCD.is_built() and build.KUBERNETES.is_built()), reason="needs the binaries (make cluster-build)"
-)
+@needs_built(build.ETCD, build.KUBERNETES)
 def test_component_dying_during_start_leaves_nothing_running(
     scratch_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

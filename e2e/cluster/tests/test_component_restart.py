@@ -13,6 +13,7 @@ import pytest
 
 from e2e.cluster import build, processes
 from e2e.cluster.controlplane import ClusterError, LocalCluster, NodeShape
+from e2e.support.fixtures import needs_built
 
 # Far from the session cluster's, the demo's and test_cluster_lifecycle's ports.
 PORT_BASE = 18479
@@ -20,10 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not (build.ETCD.is_built() and build.KUBERNETES.is_built() and build.KWOK.is_built()),
-        reason="needs the binaries (make cluster-build)",
-    ),
+    needs_built(build.ETCD, build.KUBERNETES, build.KWOK),
 ]
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,13 +15,11 @@ import yaml
 
 from e2e.cluster import build, lws, processes
 from e2e.cluster.controlplane import ClusterError, LocalCluster, NodeShape
-from e2e.support.fixtures import PRIVATE_PORT_BASE, _free_port_base
+from e2e.support.fixtures import PRIVATE_PORT_BASE, _free_port_base, needs_built
+from e2e.support.kube import wait_for
 
 LWS_LABEL = "leaderworkerset.sigs.k8s.io"
-BUILT = pytest.mark.skipif(
-    not all(c.is_built() for c in (build.ETCD, build.KUBERNETES, build.KWOK, build.LWS)),
-    reason="needs the binaries (make cluster-build)",
-)
+BUILT = needs_built(build.ETCD, build.KUBERNETES, build.KWOK, build.LWS)
 
 
 @BUILT
@@ -55,16 +52,6 @@ def lws_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         yield cluster
     finally:
         cluster.down(quiet=True)
-
-
-def wait_for(description: str, predicate: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}")
 
 
 def leader_worker_set(name: str, size: int = 2) -> dict[str, Any]:

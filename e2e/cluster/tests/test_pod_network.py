@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from e2e.cluster import build, controlplane
@@ -21,7 +20,7 @@ from e2e.cluster.controlplane import (
     kwok_stage_documents,
     pod_cidr_for,
 )
-from e2e.support.fixtures import PORTS_PER_CLUSTER, PRIVATE_PORT_BASE, TEST_PORT_BASE
+from e2e.support.fixtures import PORTS_PER_CLUSTER, PRIVATE_PORT_BASE, TEST_PORT_BASE, needs_built
 
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
@@ -74,7 +73,7 @@ def _stage(document: str) -> Any:
     return yaml.safe_load(document)
 
 
-@pytest.mark.skipif(not build.KWOK.is_built(), reason="needs kwok's stage files (make cluster-build)")
+@needs_built(build.KWOK, reason="needs kwok's stage files (make cluster-build)")
 def test_stage_lists_of_each_mode() -> None:
     default = [_stage(d)["metadata"] for d in kwok_stage_documents(serving=False)]
     assert [m["name"] for m in default] == [

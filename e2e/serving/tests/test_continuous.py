@@ -4,17 +4,15 @@ they change, records which endpoint served each request, and always stops by its
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from e2e.serving.continuous import continuous
 from e2e.serving.servicetraffic import ServiceTarget
-from e2e.serving.tests.fakeapi import SERVICE, FakeApi, pod
 from e2e.serving.traffic import Load
+from e2e.support.fakes import SERVICE, FakeApi, pod, serve_http
 
 
 class _Answer(BaseHTTPRequestHandler):
@@ -34,20 +32,6 @@ class _Answer(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-@contextmanager
-def local_server() -> Iterator[int]:
-    """A server on 127.0.0.1 for the block; yields its port."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def load(**overrides: Any) -> Load:
@@ -72,7 +56,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_traffic_follows_the_service_endpoints_and_records_the_router() -> None:
-    with local_server() as port_a, local_server() as port_b:
+    with serve_http(_Answer) as port_a, serve_http(_Answer) as port_b:
         api = FakeApi(SERVICE, [pod("r-a", "127.0.0.1", port=port_a), pod("r-b", "127.0.0.1", port=port_b)])
         began = time.monotonic()
         with continuous(load(), ServiceTarget(api, "ns", "llama-router")) as traffic:
@@ -93,7 +77,7 @@ def test_traffic_follows_the_service_endpoints_and_records_the_router() -> None:
 
 
 def test_a_fixed_url_records_its_ip_as_the_router() -> None:
-    with local_server() as port, continuous(load(url=f"http://127.0.0.1:{port}", requests=4)) as traffic:
+    with serve_http(_Answer) as port, continuous(load(url=f"http://127.0.0.1:{port}", requests=4)) as traffic:
         wait_until(lambda: not traffic.running)
         report = traffic.stop()
     assert len(report.outcomes) == 4 and not report.failures
@@ -101,7 +85,7 @@ def test_a_fixed_url_records_its_ip_as_the_router() -> None:
 
 
 def test_it_stops_by_itself_at_its_request_budget_and_its_duration() -> None:
-    with local_server() as port:
+    with serve_http(_Answer) as port:
         api = FakeApi(SERVICE, [pod("r-a", "127.0.0.1", port=port)])
         with continuous(load(requests=7), ServiceTarget(api, "ns", "llama-router")) as traffic:
             wait_until(lambda: not traffic.running)

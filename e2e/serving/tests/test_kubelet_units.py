@@ -10,16 +10,23 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.cluster.processes import alive
+from e2e.cluster.proctable import (
+    ProcessRecord,
+    ProcessTable,
+    reap_stale,
+    session_members,
+    start_ticks,
+    stop_recorded,
+)
 from e2e.serving.events import EventRecorder, event_object
 from e2e.serving.kubelet import Backoff, PodWorker, Runtime, Settings, exit_code_of, pod_grace, prestop_pause
 from e2e.serving.plan import ProcessPlan, container_env, load_launcher
@@ -38,14 +45,7 @@ from e2e.serving.prober import (
     resolve_port,
     tcp_socket,
 )
-from e2e.serving.proctable import (
-    ProcessRecord,
-    ProcessTable,
-    reap_stale,
-    session_members,
-    start_ticks,
-    stop_recorded,
-)
+from e2e.support.fakes import serve_http
 
 POD: dict[str, Any] = {
     "metadata": {
@@ -137,10 +137,8 @@ def http_server() -> Iterator[int]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    with serve_http(Handler) as port:
+        yield port
 
 
 def test_http_tcp_and_exec_handlers(http_server: int) -> None:

@@ -16,7 +16,6 @@ import os
 import signal
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -28,9 +27,10 @@ import yaml
 from e2e.cluster import build
 from e2e.cluster.controlplane import LocalCluster, NodeShape, State, pod_cidr_for
 from e2e.cluster.processes import alive
-from e2e.serving.daemon import runner_pid, start_runner, stop_runner
-from e2e.serving.proctable import ProcessTable
-from e2e.serving.runner import TABLE, serving_dir
+from e2e.cluster.proctable import ProcessTable
+from e2e.cluster.servingdir import TABLE, runner_pid, serving_dir, stop_runner
+from e2e.serving.daemon import start_runner
+from e2e.support.fixtures import fresh_namespace, needs_built
 from e2e.support.kube import Cluster
 
 PORT_BASE = 18679
@@ -40,10 +40,7 @@ FAST = ["--backoff-initial=0.5", "--backoff-max=2", "--shutdown-grace=3"]
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not (build.ETCD.is_built() and build.KUBERNETES.is_built() and build.KWOK.is_built()),
-        reason="needs the binaries (make cluster-build)",
-    ),
+    needs_built(build.ETCD, build.KUBERNETES, build.KWOK),
 ]
 
 
@@ -102,14 +99,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 @pytest.fixture
 def namespace(env: Env) -> Iterator[str]:
-    name = f"srv-{uuid.uuid4().hex[:6]}"
-    env.kube.kubectl("create", "namespace", name)
-    env.kube.wait_for(
-        f"ServiceAccount default in {name}",
-        lambda: env.kube.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-    )
-    yield name
-    env.kube.kubectl("delete", "namespace", name, "--wait=false")
+    with fresh_namespace(env.kube, "srv") as name:
+        yield name
 
 
 def container(env: Env, command: list[str], **extra: Any) -> dict[str, Any]:

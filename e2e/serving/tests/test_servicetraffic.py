@@ -13,8 +13,8 @@ from e2e.serving.servicetraffic import (
     service_port,
     target_port,
 )
-from e2e.serving.tests.fakeapi import SELECTOR, SERVICE, FakeApi, pod
 from e2e.serving.traffic import Endpoint, FixedTarget, Load, NotLoopback, send
+from e2e.support.fakes import SELECTOR, SERVICE, FakeApi, pod
 
 
 def test_pod_ready_needs_the_ready_condition_and_no_deletion() -> None:

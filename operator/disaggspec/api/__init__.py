@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from disaggspec.api.effective import (
-    POOL_NAMES,
     EffectiveSpeculative,
     PoolName,
     effective_speculative,
@@ -46,7 +45,6 @@ __all__ = [
     "GROUP",
     "KIND",
     "PLURAL",
-    "POOL_NAMES",
     "VERSION",
     "DisaggSpecService",
     "DisaggSpecServiceSpec",

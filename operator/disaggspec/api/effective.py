@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Generic, Literal, TypeVar
+from typing import Final, Generic, TypeVar
 
 from disaggspec.api.v1alpha1 import (
     Algorithm,
@@ -24,9 +24,8 @@ from disaggspec.api.v1alpha1 import (
     PoolSpeculativeSpec,
     SpeculativeSpec,
 )
-
-PoolName = Literal["prefill", "decode"]
-POOL_NAMES: tuple[PoolName, PoolName] = ("prefill", "decode")
+from disaggspec.constants import POOLS
+from disaggspec.constants import PoolName as PoolName  # re-exported: the pool type of the API helpers
 
 T = TypeVar("T")
 
@@ -155,4 +154,4 @@ def effective_speculative(spec: DisaggSpecServiceSpec, name: PoolName) -> Effect
 
 def effective_speculative_pair(service: DisaggSpecService) -> dict[PoolName, EffectiveSpeculative]:
     """Both pools' effective speculative settings, keyed by pool name."""
-    return {name: effective_speculative(service.spec, name) for name in POOL_NAMES}
+    return {name: effective_speculative(service.spec, name) for name in POOLS}

@@ -11,29 +11,36 @@ validate first: render assumes a spec that passed the rule table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService
+from disaggspec.api import pool as pool_spec
 from disaggspec.config import OperatorConfig
-from disaggspec.render import caches, pool, router
+from disaggspec.render import caches, lifecycle, pool, router
 from disaggspec.render.names import fingerprint
+from disaggspec.revision import Revision, RolloutTiming
 
-__all__ = ["Revision", "endpoint", "fingerprint", "render"]
+__all__ = ["Revision", "endpoint", "fingerprint", "render", "rollout_timing"]
 
 endpoint = router.endpoint
 
 
-@dataclass(frozen=True)
-class Revision:
-    """One revision to render (`rollout.plan` makes them)."""
-
-    fingerprint: str
-    service: DisaggSpecService | None
-    """The spec to render it from; None: its stored spec is unreadable, its live children are kept as they are."""
-    replicas: Mapping[str, int]
-    """Per role, the replicas to render; a role left out gets the spec's replicas."""
+def rollout_timing(service: DisaggSpecService) -> RolloutTiming:
+    """The rollout planner's time budget for `service`: spec.rollout.progressDeadlineSeconds, else the larger pool
+    workload's progress deadline (which grows with the pod's GPUs, standing for the model's size); and how long a
+    retiring router counts as present where the API server does not count terminating pods (its preStop pause and
+    a margin)."""
+    given = service.spec.rollout.progress_deadline_seconds
+    deadline = (
+        given
+        if given is not None
+        else max(
+            lifecycle.progress_deadline_seconds(pool_spec(service.spec, role).lifecycle, pool.pod_gpus(service, role))
+            for role in c.POOLS
+        )
+    )
+    return RolloutTiming(deadline, float(lifecycle.ROUTER_PRESTOP_SECONDS + lifecycle.ROUTER_GONE_MARGIN_SECONDS))
 
 
 def render(

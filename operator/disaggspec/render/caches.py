@@ -28,8 +28,8 @@ COMPILE_CACHE_PATH: Final = "/compile-cache"
 """Where the compile cache is mounted; the JIT cache variables point below it."""
 MODEL_CACHE_VOLUME: Final = "model-cache"
 COMPILE_CACHE_VOLUME: Final = "compile-cache"
-CACHE_COMPONENT: Final = "model-cache"
-"""The component label of the fill Job and its pod."""
+CACHE_ROLE: Final = "model-cache"
+"""The role (and component) label of the fill Job and its pod."""
 MODEL_CACHE_ENV: Final = c.MODEL_CACHE_ENV
 COMPILE_CACHE_ENV: Final = c.COMPILE_CACHE_ENV
 
@@ -158,7 +158,7 @@ def _job_spec(service: DisaggSpecService) -> dict[str, Any]:
     # would be rendered (and run) again.
     return {
         "backoffLimit": JOB_BACKOFF_LIMIT,
-        "template": {"metadata": {"labels": names.labels(service, CACHE_COMPONENT)}, "spec": pod_spec},
+        "template": {"metadata": {"labels": names.labels(service, CACHE_ROLE)}, "spec": pod_spec},
     }
 
 
@@ -170,7 +170,7 @@ def fill_job(service: DisaggSpecService) -> list[dict[str, Any]]:
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": names.metadata(service, CACHE_COMPONENT, job_name(service)),
+            "metadata": names.metadata(service, CACHE_ROLE, job_name(service)),
             "spec": _job_spec(service),
         }
     ]

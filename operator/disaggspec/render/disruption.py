@@ -22,28 +22,28 @@ HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 _WHEN_UNSATISFIABLE: Final = {"Preferred": "ScheduleAnyway", "Required": "DoNotSchedule"}
 
 
-def pod_disruption_budget(service: DisaggSpecService, component: str, disruption: DisruptionSpec) -> dict[str, Any]:
-    """The PodDisruptionBudget of `component` (a pool or the router), named like its Deployment."""
+def pod_disruption_budget(service: DisaggSpecService, role: str, disruption: DisruptionSpec) -> dict[str, Any]:
+    """The PodDisruptionBudget of `role` (a pool or the router), named like its Deployment."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": names.metadata(service, component),
+        "metadata": names.metadata(service, role),
         "spec": {
             "maxUnavailable": disruption.max_unavailable,
-            "selector": {"matchLabels": names.selector(service, component)},
+            "selector": {"matchLabels": names.selector(service, role)},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
 
 
-def topology_spread(service: DisaggSpecService, component: str, mode: SpreadMode) -> dict[str, Any]:
-    """`topologySpreadConstraints` for a pod spec of `component` (empty when `mode` is Off)."""
+def topology_spread(service: DisaggSpecService, role: str, mode: SpreadMode) -> dict[str, Any]:
+    """`topologySpreadConstraints` for a pod spec of `role` (empty when `mode` is Off)."""
     if mode == "Off":
         return {}
     constraint = {
         "maxSkew": 1,
         "topologyKey": HOSTNAME_KEY,
         "whenUnsatisfiable": _WHEN_UNSATISFIABLE[mode],
-        "labelSelector": {"matchLabels": names.selector(service, component)},
+        "labelSelector": {"matchLabels": names.selector(service, role)},
     }
     return {"topologySpreadConstraints": [constraint]}

@@ -48,6 +48,8 @@ PRESTOP_SECONDS: Final = PROBE_PERIOD * READINESS_FAILURES + 5
 """The preStop pause: a few seconds longer than a readiness-only consumer needs to see a failing pod go unready."""
 ROUTER_PRESTOP_SECONDS: Final = 10
 """The router's preStop pause: kube-proxy on every node drops it from the router Service first."""
+ROUTER_GONE_MARGIN_SECONDS: Final = 5
+"""Beyond the router's preStop pause, until a retiring router counts as gone where terminating pods are not counted."""
 
 
 def startup_seconds(lifecycle: PoolLifecycle, gpus: int) -> int:

@@ -15,10 +15,13 @@ from typing import Any, Final
 
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, effective_speculative, pool
+from disaggspec.revision import REVISION_SPEC_ANNOTATION, revision_name
 
 
-def child_name(service: DisaggSpecService, component: str) -> str:
-    return f"{service.metadata.name}-{component}"
+def child_name(service: DisaggSpecService, role: str) -> str:
+    """`<service>-<role>`: a role is a pool, the router, or the model cache's fill Job (`caches.CACHE_ROLE`); it is
+    both the app.kubernetes.io/component label and the disaggspec.io/role label of the role's children."""
+    return f"{service.metadata.name}-{role}"
 
 
 LATER_ENGINE_FIELDS: Final = frozenset(
@@ -48,87 +51,71 @@ def fingerprint(service: DisaggSpecService) -> str:
         "model": spec.model.model_dump(mode="json", include={"path", "revision", "dtype", "trust_remote_code"}),
         "engine": spec.engine.model_dump(mode="json", exclude=unset_later | UNHASHED_ENGINE_FIELDS),
         "transfer": spec.transfer.model_dump(mode="json", include={"backend", "bootstrap_port"}),
-        "speculative": {
-            role: dataclasses.asdict(effective_speculative(spec, role)) for role in (c.ROLE_PREFILL, c.ROLE_DECODE)
-        },
+        "speculative": {role: dataclasses.asdict(effective_speculative(spec, role)) for role in c.POOLS},
     }
     if spec.speculative.token_map is not None:  # added later too: hashed only when set
         must_match["tokenMap"] = spec.speculative.token_map
     if spec.speculative.transfer_draft_probs:  # likewise: the aux layout gains the q rows only when on
         must_match["transferDraftProbs"] = True
-    layout = {role: pool(spec, role).nodes_per_instance for role in (c.ROLE_PREFILL, c.ROLE_DECODE)}
+    layout = {role: pool(spec, role).nodes_per_instance for role in c.POOLS}
     if any(nodes > 1 for nodes in layout.values()):  # added with multi-node pools: hashed only when one is
         must_match["layout"] = layout
     canonical = json.dumps(must_match, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-REVISION_NAME_LENGTH: Final = 8
-"""Hex characters of the fingerprint in a revision's workload names: <service>-<pool>-<8 hex> (validation/pools.py
-derives the multi-node name limit from it)."""
-REVISION_SPEC_ANNOTATION: Final = "disaggspec.io/revision-spec"
-"""On each workload (Deployment or LeaderWorkerSet) of a revision: the spec it was rendered from (JSON), so an older
-revision can be rendered again (and scaled) after the service's spec moved on, also by an operator that restarted
-mid-rollout."""
-
-
-def revision_name(fingerprint: str) -> str:
-    """The revision suffix of the Deployment names of `fingerprint`."""
-    return fingerprint[:REVISION_NAME_LENGTH]
-
-
-def deployment_name(service: DisaggSpecService, component: str, fingerprint: str) -> str:
-    """`<service>-<component>-<revision>`: each revision's workloads (Deployments, or a multi-node pool's
+def deployment_name(service: DisaggSpecService, role: str, fingerprint: str) -> str:
+    """`<service>-<role>-<revision>`: each revision's workloads (Deployments, or a multi-node pool's
     LeaderWorkerSet) live side by side during a rollout."""
-    return f"{child_name(service, component)}-{revision_name(fingerprint)}"
+    return f"{child_name(service, role)}-{revision_name(fingerprint)}"
 
 
-def labels(service: DisaggSpecService, component: str) -> dict[str, str]:
-    """Labels every child of `component` carries (and the router's pods); no fingerprint: selectors are immutable."""
+def labels(service: DisaggSpecService, role: str) -> dict[str, str]:
+    """Labels every child of `role` carries (and the router's pods); no fingerprint: selectors are immutable."""
     return {
-        c.LABEL_NAME: "sglang-router" if component == c.ROLE_ROUTER else "sglang",
+        c.LABEL_NAME: "sglang-router" if role == c.ROLE_ROUTER else "sglang",
         c.LABEL_INSTANCE: service.metadata.name,
-        c.LABEL_COMPONENT: component,
+        c.LABEL_COMPONENT: role,
         c.LABEL_MANAGED_BY: c.MANAGED_BY,
         c.LABEL_SERVICE: service.metadata.name,
-        c.LABEL_ROLE: component,
+        c.LABEL_ROLE: role,
     }
 
 
-def selector(service: DisaggSpecService, component: str) -> dict[str, str]:
-    """The immutable Deployment selector of `component`."""
-    return {c.LABEL_SERVICE: service.metadata.name, c.LABEL_ROLE: component}
+def selector(service: DisaggSpecService, role: str) -> dict[str, str]:
+    """The immutable Deployment selector of `role`."""
+    return {c.LABEL_SERVICE: service.metadata.name, c.LABEL_ROLE: role}
 
 
-def metadata(service: DisaggSpecService, component: str, name: str | None = None) -> dict[str, Any]:
+def metadata(service: DisaggSpecService, role: str, name: str | None = None) -> dict[str, Any]:
     return {
-        "name": name or child_name(service, component),
+        "name": name or child_name(service, role),
         "namespace": service.metadata.namespace,
-        "labels": labels(service, component),
+        "labels": labels(service, role),
     }
 
 
-def revision_selector(service: DisaggSpecService, component: str, fingerprint: str) -> dict[str, str]:
-    """The immutable selector of one revision's Deployment of `component`: its pods only, never another revision's."""
-    return {**selector(service, component), c.LABEL_FINGERPRINT: fingerprint}
+def revision_selector(service: DisaggSpecService, role: str, fingerprint: str) -> dict[str, str]:
+    """The immutable selector of one revision's Deployment of `role`: its pods only, never another revision's."""
+    return {**selector(service, role), c.LABEL_FINGERPRINT: fingerprint}
 
 
-def revision_metadata(service: DisaggSpecService, component: str, fingerprint: str) -> dict[str, Any]:
-    """The metadata of `component`'s workload in the revision of `fingerprint` (a Deployment, or a multi-node pool's
+def revision_metadata(service: DisaggSpecService, role: str, fingerprint: str) -> dict[str, Any]:
+    """The metadata of `role`'s workload in the revision of `fingerprint` (a Deployment, or a multi-node pool's
     LeaderWorkerSet): named after the revision, labelled with its fingerprint, carrying the spec it was rendered from
     (`REVISION_SPEC_ANNOTATION`)."""
-    meta = metadata(service, component, deployment_name(service, component, fingerprint))
+    meta = metadata(service, role, deployment_name(service, role, fingerprint))
     meta["labels"][c.LABEL_FINGERPRINT] = fingerprint
     meta["annotations"] = {REVISION_SPEC_ANNOTATION: revision_spec(service)}
     return meta
 
 
 def deployment(
-    service: DisaggSpecService, component: str, fingerprint: str, replicas: int, template: dict[str, Any]
+    service: DisaggSpecService, role: str, fingerprint: str, replicas: int, template: dict[str, Any]
 ) -> dict[str, Any]:
-    """The Deployment of `component` in the revision of `fingerprint`, selecting that revision's pods."""
-    meta = revision_metadata(service, component, fingerprint)
-    selected = revision_selector(service, component, fingerprint)
+    """The Deployment of `role` in the revision of `fingerprint`, selecting that revision's pods."""
+    meta = revision_metadata(service, role, fingerprint)
+    selected = revision_selector(service, role, fingerprint)
     spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": selected}}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {**spec, **template}}
 

@@ -14,7 +14,7 @@ from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import GPU_RESOURCE
 from disaggspec.render import caches, disruption, lifecycle, names, rdma, sizing
 from disaggspec.sglang.args import NODE_RANK_LEADER, NODE_RANK_WORKER, SERVER_PORT, server_args
-from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, profile_for
+from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, SGLangProfile, profile_for
 
 CONTAINER = "sglang"
 
@@ -110,6 +110,88 @@ PodKind = Literal["server", "leader", "worker"]
 multi-node server's group (a LeaderWorkerSet's)."""
 
 
+def _pod_metadata(service: DisaggSpecService, role: PoolName, fingerprint: str, kind: PodKind) -> dict[str, Any]:
+    """The template's labels (the pool's, the role's, the fingerprint and release) and annotations."""
+    spec = service.spec
+    pool_spec = pool(spec, role)
+    labels = {
+        **pool_spec.pod_labels,
+        **names.labels(service, role),
+        c.LABEL_FINGERPRINT: fingerprint,
+        c.LABEL_VERSION: spec.sglang.version,
+    }
+    annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
+    if role == c.ROLE_PREFILL and kind != "worker":
+        # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.
+        annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(spec.transfer.bootstrap_port)
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = dict(sorted(annotations.items()))
+    return metadata
+
+
+def _ports_and_probes(
+    service: DisaggSpecService, role: PoolName, kind: PodKind, profile: SGLangProfile
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The container's ports and probes: a worker only has the http port of its dummy health server, and no
+    readiness probe (see `pod_template`)."""
+    life = pool(service.spec, role).lifecycle
+    gpus = pod_gpus(service, role)
+    if kind == "worker":
+        ports = [port for port in _ports(service, role) if port["name"] == "http"]
+        return ports, lifecycle.worker_probes(profile, life, gpus)
+    return _ports(service, role), lifecycle.pool_probes(profile, life, gpus)
+
+
+def _server_container(
+    service: DisaggSpecService, role: PoolName, kind: PodKind, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The SGLang container: the server command for the pod's node rank, ports, resources, probes and env."""
+    spec = service.spec
+    profile = profile_for(spec.sglang.version)
+    node_rank = NODE_RANK_WORKER if kind == "worker" else NODE_RANK_LEADER
+    ports, probes = _ports_and_probes(service, role, kind, profile)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.sglang.image,
+        "imagePullPolicy": spec.sglang.image_pull_policy,
+        "command": rdma.launcher(spec.transfer, profile.per_gpu_ib_device_map) + server_args(service, role, node_rank),
+        "ports": ports,
+        "resources": _resources(service, role),
+        "securityContext": rdma.security_context(spec.transfer),
+        "volumeMounts": mounts,
+        **probes,
+        "lifecycle": lifecycle.prestop(lifecycle.prestop_seconds(pool(spec, role).lifecycle)),
+    }
+    env = _env(service, role)
+    if env:
+        container["env"] = env
+    return container
+
+
+def _init_containers(service: DisaggSpecService) -> dict[str, Any]:
+    """`initContainers` for a pool pod spec (empty when no cache needs filling first)."""
+    init = caches.pool_init_containers(service)
+    return {"initContainers": init} if init else {}
+
+
+def _scheduling(service: DisaggSpecService, role: PoolName) -> dict[str, Any]:
+    """Where the pool's pods may run: node selector, tolerations, affinity, topology spread and priority class."""
+    pool_spec = pool(service.spec, role)
+    out: dict[str, Any] = {}
+    if pool_spec.node_selector:
+        out["nodeSelector"] = dict(sorted(pool_spec.node_selector.items()))
+    if pool_spec.tolerations:
+        out["tolerations"] = [_as_given(t) for t in pool_spec.tolerations]
+    affinity = _as_given(pool_spec.affinity) if pool_spec.affinity else {}
+    if affinity:
+        out["affinity"] = affinity
+    out.update(disruption.topology_spread(service, role, pool_spec.spread))
+    if pool_spec.priority_class_name is not None:
+        out["priorityClassName"] = pool_spec.priority_class_name
+    return out
+
+
 def pod_template(service: DisaggSpecService, role: PoolName, fingerprint: str, kind: PodKind) -> dict[str, Any]:
     """The pod template of the pool's pods in the revision of `fingerprint`: everything a pool pod has (labels with
     the fingerprint and release, annotations, RDMA wiring, caches and init containers, volumes, env, security
@@ -125,70 +207,19 @@ def pod_template(service: DisaggSpecService, role: PoolName, fingerprint: str, k
     and the group restart that follows would repeat forever); and no readiness probe: its Ready then means its ranks
     are up, and the leader's readiness covers the server. Both carry the pool's topology spread constraint: it
     selects every pod of the pool, one per node, as for a Deployment's pods."""
-    spec = service.spec
-    pool_spec = pool(spec, role)
-    profile = profile_for(spec.sglang.version)
-    pod_labels = {
-        **pool_spec.pod_labels,
-        **names.labels(service, role),
-        c.LABEL_FINGERPRINT: fingerprint,
-        c.LABEL_VERSION: spec.sglang.version,
-    }
-    pod_annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
-    if role == c.ROLE_PREFILL and kind != "worker":
-        # sglang-router reads the bootstrap port of each discovered prefill pod from this annotation.
-        pod_annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(spec.transfer.bootstrap_port)
     volumes, mounts = _volumes(service)
-    gpus = pod_gpus(service, role)
-    life = pool_spec.lifecycle
-    node_rank = NODE_RANK_WORKER if kind == "worker" else NODE_RANK_LEADER
-    if kind == "worker":
-        ports = [port for port in _ports(service, role) if port["name"] == "http"]
-        probes = lifecycle.worker_probes(profile, life, gpus)
-    else:
-        ports = _ports(service, role)
-        probes = lifecycle.pool_probes(profile, life, gpus)
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": spec.sglang.image,
-        "imagePullPolicy": spec.sglang.image_pull_policy,
-        "command": rdma.launcher(spec.transfer, profile.per_gpu_ib_device_map) + server_args(service, role, node_rank),
-        "ports": ports,
-        "resources": _resources(service, role),
-        "securityContext": rdma.security_context(spec.transfer),
-        "volumeMounts": mounts,
-        **probes,
-        "lifecycle": lifecycle.prestop(lifecycle.prestop_seconds(life)),
-    }
-    env = _env(service, role)
-    if env:
-        container["env"] = env
     pod_spec: dict[str, Any] = {
         # The servers never talk to the Kubernetes API.
         "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": life.drain_seconds,
-        **rdma.host_network(spec.transfer),
-        "containers": [container],
+        "terminationGracePeriodSeconds": pool(service.spec, role).lifecycle.drain_seconds,
+        **rdma.host_network(service.spec.transfer),
+        "containers": [_server_container(service, role, kind, mounts)],
         "volumes": volumes,
+        **_init_containers(service),
+        **_scheduling(service, role),
+        **names.pull_secrets(service),
     }
-    init = caches.pool_init_containers(service)
-    if init:
-        pod_spec["initContainers"] = init
-    if pool_spec.node_selector:
-        pod_spec["nodeSelector"] = dict(sorted(pool_spec.node_selector.items()))
-    if pool_spec.tolerations:
-        pod_spec["tolerations"] = [_as_given(t) for t in pool_spec.tolerations]
-    affinity = _as_given(pool_spec.affinity) if pool_spec.affinity else {}
-    if affinity:
-        pod_spec["affinity"] = affinity
-    pod_spec.update(disruption.topology_spread(service, role, pool_spec.spread))
-    if pool_spec.priority_class_name is not None:
-        pod_spec["priorityClassName"] = pool_spec.priority_class_name
-    pod_spec.update(names.pull_secrets(service))
-    template_metadata: dict[str, Any] = {"labels": pod_labels}
-    if pod_annotations:
-        template_metadata["annotations"] = dict(sorted(pod_annotations.items()))
-    return {"metadata": template_metadata, "spec": pod_spec}
+    return {"metadata": _pod_metadata(service, role, fingerprint, kind), "spec": pod_spec}
 
 
 def deployment(

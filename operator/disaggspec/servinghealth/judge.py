@@ -104,6 +104,75 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _accept_length_judgement(
+    decode: Sequence[PodWindow], steps: float, window: str, missing: str, settings: HealthSettings
+) -> tuple[Judgement, float]:
+    """SpecDecodeHealthy once the decode pods ran enough verify steps: their step-weighted mean accept length
+    against the threshold, and that mean."""
+    accept = sum(p.accept_length * p.verify_steps for p in decode if p.accept_length is not None) / steps
+    each = ", ".join(
+        f"{p.pod} {_fmt(p.accept_length)} ({p.verify_steps:.0f} steps)" for p in decode if p.accept_length is not None
+    )
+    low = accept < settings.min_accept_length
+    comparison = "<" if low else ">="
+    text = (
+        f"mean accept length {_fmt(accept)} {comparison} {settings.min_accept_length:g} over {window}: {each}{missing}"
+    )
+    return Judgement(r.SPEC_DECODE_LOW_ACCEPT if low else r.SPEC_DECODE_ACCEPTING, text), accept
+
+
+def _spec_decode_judgement(
+    decode: Sequence[PodWindow], window: str, missing: str, settings: HealthSettings, error: str | None
+) -> tuple[Judgement, float | None]:
+    """SpecDecodeHealthy from the decode pods' windows (sorted by pod), and the mean accept length behind it."""
+    if error is not None:
+        return Judgement(r.SPEC_DECODE_NO_METRICS, error), None
+    if not decode:
+        return Judgement(r.SPEC_DECODE_NO_METRICS, f"no ready decode pod to measure{missing}"), None
+    steps = sum(p.verify_steps for p in decode if p.accept_length is not None)
+    if steps < max(settings.min_verify_steps, 1):
+        text = (
+            f"{steps:.0f} verify steps on the decode pods in {window}, {settings.min_verify_steps} needed to "
+            f"judge{missing}"
+        )
+        return Judgement(r.SPEC_DECODE_NO_TRAFFIC, text), None
+    return _accept_length_judgement(decode, steps, window, missing, settings)
+
+
+def _transfer_judgement(
+    pods: Sequence[PodWindow],
+    span_seconds: float,
+    window: str,
+    missing: str,
+    settings: HealthSettings,
+    error: str | None,
+) -> tuple[Judgement, float | None]:
+    """TransferHealthy from every pool pod's window, and the failures per second behind it."""
+    if error is not None:
+        return Judgement(r.TRANSFER_NO_METRICS, error), None
+    if not pods:
+        return Judgement(r.TRANSFER_NO_METRICS, f"no ready pool pod to measure{missing}"), None
+    failures = sum(p.failures for p in pods)
+    requests = sum(p.requests for p in pods)
+    rate = failures / span_seconds if span_seconds > 0 else 0.0
+    failing = sorted((p for p in pods if p.failures > 0), key=lambda p: p.pod)
+    each = ", ".join(f"{p.pod} {p.failures:.0f}" for p in failing)
+    if failures >= max(settings.min_failures, 1) and rate > settings.max_failures_per_second:
+        text = (
+            f"{failures:.0f} bootstrap/transfer failures in {window} ({rate:.2f}/s > "
+            f"{settings.max_failures_per_second:g}/s): {each}{missing}"
+        )
+        return Judgement(r.TRANSFER_FAILING, text), rate
+    if requests == 0 and failures == 0:
+        return Judgement(r.TRANSFER_NO_TRAFFIC, f"no request served in {window}{missing}"), rate
+    counted = f": {each}" if each else ""
+    text = (
+        f"{failures:.0f} bootstrap/transfer failures for {requests:.0f} requests in {window} "
+        f"({rate:.2f}/s){counted}{missing}"
+    )
+    return Judgement(r.TRANSFER_OK, text), rate
+
+
 def judge(
     pods: Sequence[PodWindow],
     unreachable: Sequence[str],
@@ -116,59 +185,6 @@ def judge(
     decode = sorted((p for p in pods if p.role == c.ROLE_DECODE), key=lambda p: p.pod)
     missing = f" (no answer from {', '.join(sorted(unreachable))})" if unreachable else ""
     window = f"the last {span_seconds:.0f}s"
-
-    accept: float | None = None
-    if error is not None:
-        spec = Judgement(r.SPEC_DECODE_NO_METRICS, error)
-    elif not decode:
-        spec = Judgement(r.SPEC_DECODE_NO_METRICS, f"no ready decode pod to measure{missing}")
-    else:
-        steps = sum(p.verify_steps for p in decode if p.accept_length is not None)
-        if steps < max(settings.min_verify_steps, 1):
-            spec = Judgement(
-                r.SPEC_DECODE_NO_TRAFFIC,
-                f"{steps:.0f} verify steps on the decode pods in {window}, {settings.min_verify_steps} needed to "
-                f"judge{missing}",
-            )
-        else:
-            accept = sum(p.accept_length * p.verify_steps for p in decode if p.accept_length is not None) / steps
-            each = ", ".join(
-                f"{p.pod} {_fmt(p.accept_length)} ({p.verify_steps:.0f} steps)"
-                for p in decode
-                if p.accept_length is not None
-            )
-            low = accept < settings.min_accept_length
-            comparison = "<" if low else ">="
-            text = (
-                f"mean accept length {_fmt(accept)} {comparison} {settings.min_accept_length:g} over {window}: "
-                f"{each}{missing}"
-            )
-            spec = Judgement(r.SPEC_DECODE_LOW_ACCEPT if low else r.SPEC_DECODE_ACCEPTING, text)
-
-    rate: float | None = None
-    if error is not None:
-        transfer = Judgement(r.TRANSFER_NO_METRICS, error)
-    elif not pods:
-        transfer = Judgement(r.TRANSFER_NO_METRICS, f"no ready pool pod to measure{missing}")
-    else:
-        failures = sum(p.failures for p in pods)
-        requests = sum(p.requests for p in pods)
-        rate = failures / span_seconds if span_seconds > 0 else 0.0
-        failing = sorted((p for p in pods if p.failures > 0), key=lambda p: p.pod)
-        each = ", ".join(f"{p.pod} {p.failures:.0f}" for p in failing)
-        if failures >= max(settings.min_failures, 1) and rate > settings.max_failures_per_second:
-            transfer = Judgement(
-                r.TRANSFER_FAILING,
-                f"{failures:.0f} bootstrap/transfer failures in {window} ({rate:.2f}/s > "
-                f"{settings.max_failures_per_second:g}/s): {each}{missing}",
-            )
-        elif requests == 0 and failures == 0:
-            transfer = Judgement(r.TRANSFER_NO_TRAFFIC, f"no request served in {window}{missing}")
-        else:
-            counted = f": {each}" if each else ""
-            transfer = Judgement(
-                r.TRANSFER_OK,
-                f"{failures:.0f} bootstrap/transfer failures for {requests:.0f} requests in {window} "
-                f"({rate:.2f}/s){counted}{missing}",
-            )
+    spec, accept = _spec_decode_judgement(decode, window, missing, settings, error)
+    transfer, rate = _transfer_judgement(pods, span_seconds, window, missing, settings, error)
     return Verdict(spec, transfer, accept, rate)

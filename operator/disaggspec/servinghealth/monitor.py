@@ -149,7 +149,7 @@ class Monitor:
             role = labels.get(c.LABEL_ROLE)
             if (
                 key in pods
-                and role in (c.ROLE_PREFILL, c.ROLE_DECODE)
+                and role in c.POOLS
                 # A multi-node group's workers serve no API and record no serving metrics: its leader speaks for it.
                 and labels.get(c.LWS_LABEL_WORKER_INDEX, "0") == "0"
                 and ready(pod)

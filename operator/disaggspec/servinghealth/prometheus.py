@@ -54,7 +54,7 @@ def queries(namespace: str, service: str, settings: HealthSettings) -> list[Quer
     """The instant queries for one service, each answering one number per pod."""
     window = f"[{int(settings.window_seconds)}s]"
     decode = selector(namespace, service, (c.ROLE_DECODE,))
-    pools = selector(namespace, service, (c.ROLE_PREFILL, c.ROLE_DECODE))
+    pools = selector(namespace, service, c.POOLS)
     failed = f'__name__=~"{re.escape(s.BOOTSTRAP_FAILED)}|{re.escape(s.TRANSFER_FAILED)}"'
     return [
         Query("accept_length", f"avg by (pod) (avg_over_time({s.ACCEPT_LENGTH}{{{decode}}}{window}))"),
@@ -86,7 +86,7 @@ def per_pod(answer: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _role(service: str, pod: str) -> Role | None:
-    for role in (c.ROLE_PREFILL, c.ROLE_DECODE):
+    for role in c.POOLS:
         if re.fullmatch(f"{re.escape(service)}-{role}{_POD_SUFFIX}", pod):
             return role
     return None

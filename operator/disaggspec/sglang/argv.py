@@ -70,6 +70,81 @@ def _bad_value(flag: str, option: Option, value: str) -> str | None:
     return f"{value!r} is not a valid {option.value} value of {flag}"
 
 
+def _not_a_long_option(index: int, token: str) -> ArgProblem:
+    """The problem with an element that is not a `--option` where an option was expected."""
+    if token == "--":
+        return ArgProblem(index, "'--' ends the options: argparse reads every later element as positional")
+    if token == "-":
+        return ArgProblem(index, "a lone '-' is a positional argument, which the server does not take")
+    if _reads_as_option(token):
+        return ArgProblem(
+            index,
+            f"{token!r} is a single-dash option: SGLang's server options are long (--name), and "
+            "argparse reads -h as 'print the help and exit'",
+        )
+    return ArgProblem(
+        index,
+        f"{token!r} is a positional argument, which the server does not take: a value belongs "
+        "right after its --option (or write --option=value)",
+    )
+
+
+def _with_inline_value(
+    index: int, flag: str, canonical: str, option: Option, value: str
+) -> ParsedOption | list[ArgProblem]:
+    """A `--flag=value` element: the option with its one value, or why argparse would refuse it."""
+    why: str | None
+    if option.nargs == 0:
+        why = f"{flag} takes no value"
+    elif isinstance(option.nargs, int) and option.nargs > 1:
+        why = f"{flag} takes {option.nargs} values: one element each"
+    else:
+        why = _bad_value(flag, option, value)
+    if why is not None:
+        return [ArgProblem(index, why)]
+    return ParsedOption(index, flag, canonical, option, ((index, value),))
+
+
+def _with_following_values(
+    tokens: Sequence[str], index: int, flag: str, canonical: str, option: Option
+) -> tuple[int, ParsedOption | list[ArgProblem]]:
+    """A `--flag` element and the values it takes from the elements after it (as many as its nargs allows, up to
+    the next element that reads as an option); the index after them, and the option or its problems."""
+    fewest, most = _value_counts(option)
+    i = index + 1
+    values: list[tuple[int, str]] = []
+    while (most is None or len(values) < most) and i < len(tokens) and not _reads_as_option(tokens[i]):
+        values.append((i, tokens[i]))
+        i += 1
+    if len(values) < fewest:
+        after = (
+            f": the next element {tokens[i]!r} starts with '-', so argparse reads it as an option"
+            if (i < len(tokens))
+            else ""
+        )
+        return i, [ArgProblem(index, f"{flag} needs {fewest} value(s){after}")]
+    bad = [ArgProblem(at, why) for at, value in values if (why := _bad_value(flag, option, value))]
+    return i, bad or ParsedOption(index, flag, canonical, option, tuple(values))
+
+
+def _read_option(
+    tokens: Sequence[str], index: int, options: Mapping[str, Option], aliases: Mapping[str, str]
+) -> tuple[int, ParsedOption | list[ArgProblem]]:
+    """The `--option` element at `index` with its values; the index of the next element to read, and the option or
+    its problems."""
+    flag, equals, explicit = tokens[index].partition("=")
+    canonical = aliases.get(flag, flag)
+    option = options.get(canonical)
+    if option is None:
+        i = index + 1
+        while i < len(tokens) and not _reads_as_option(tokens[i]):
+            i += 1  # its would-be values: one report for the unknown option is enough
+        return i, [ArgProblem(index, f"{flag} is not an option of this release (spell it in full; no abbreviation)")]
+    if equals:
+        return index + 1, _with_inline_value(index, flag, canonical, option, explicit)
+    return _with_following_values(tokens, index, flag, canonical, option)
+
+
 def parse(
     tokens: Sequence[str], options: Mapping[str, Option], aliases: Mapping[str, str]
 ) -> tuple[list[ParsedOption], list[ArgProblem]]:
@@ -78,69 +153,14 @@ def parse(
     problems: list[ArgProblem] = []
     i = 0
     while i < len(tokens):
-        token = tokens[i]
-        if token == "--":
-            problems.append(ArgProblem(i, "'--' ends the options: argparse reads every later element as positional"))
+        found: ParsedOption | list[ArgProblem]
+        if tokens[i].startswith("--") and tokens[i] != "--":
+            i, found = _read_option(tokens, i, options, aliases)
+        else:
+            found = [_not_a_long_option(i, tokens[i])]
             i += 1
-            continue
-        if not token.startswith("--"):
-            if token == "-":
-                problems.append(ArgProblem(i, "a lone '-' is a positional argument, which the server does not take"))
-            elif _reads_as_option(token):
-                problems.append(
-                    ArgProblem(
-                        i,
-                        f"{token!r} is a single-dash option: SGLang's server options are long (--name), and "
-                        "argparse reads -h as 'print the help and exit'",
-                    )
-                )
-            else:
-                problems.append(
-                    ArgProblem(
-                        i,
-                        f"{token!r} is a positional argument, which the server does not take: a value belongs "
-                        "right after its --option (or write --option=value)",
-                    )
-                )
-            i += 1
-            continue
-        flag, equals, explicit = token.partition("=")
-        canonical = aliases.get(flag, flag)
-        option = options.get(canonical)
-        i += 1
-        if option is None:
-            problems.append(
-                ArgProblem(i - 1, f"{flag} is not an option of this release (spell it in full; no abbreviation)")
-            )
-            while i < len(tokens) and not _reads_as_option(tokens[i]):
-                i += 1  # its would-be values: one report for the unknown option is enough
-            continue
-        if equals:
-            if option.nargs == 0:
-                problems.append(ArgProblem(i - 1, f"{flag} takes no value"))
-            elif isinstance(option.nargs, int) and option.nargs > 1:
-                problems.append(ArgProblem(i - 1, f"{flag} takes {option.nargs} values: one element each"))
-            elif (why := _bad_value(flag, option, explicit)) is not None:
-                problems.append(ArgProblem(i - 1, why))
-            else:
-                parsed.append(ParsedOption(i - 1, flag, canonical, option, ((i - 1, explicit),)))
-            continue
-        fewest, most = _value_counts(option)
-        values: list[tuple[int, str]] = []
-        while (most is None or len(values) < most) and i < len(tokens) and not _reads_as_option(tokens[i]):
-            values.append((i, tokens[i]))
-            i += 1
-        if len(values) < fewest:
-            after = (
-                f": the next element {tokens[i]!r} starts with '-', so argparse reads it as an option"
-                if (i < len(tokens))
-                else ""
-            )
-            problems.append(ArgProblem(i - 1 - len(values), f"{flag} needs {fewest} value(s){after}"))
-            continue
-        bad = [ArgProblem(index, why) for index, value in values if (why := _bad_value(flag, option, value))]
-        if bad:
-            problems += bad
-            continue
-        parsed.append(ParsedOption(i - 1 - len(values), flag, canonical, option, tuple(values)))
+        if isinstance(found, ParsedOption):
+            parsed.append(found)
+        else:
+            problems += found
     return parsed, problems

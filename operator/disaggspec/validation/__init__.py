@@ -109,7 +109,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *pod_shape.RULES,
     *rollout.RULES,
 )
-"""Every rule over one object, in the order violations are reported (and the README table lists them)."""
+"""Every rule over one object, in the order violations are reported (and docs/reference/rules.md lists them)."""
 
 TRANSITION_RULES: Final[tuple[TransitionRule, ...]] = (
     transitions.IMMUTABLE_ALGORITHM,

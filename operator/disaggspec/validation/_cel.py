@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from disaggspec.api.effective import POOL_NAMES, PoolName, SpeculativeField
+from disaggspec.api.effective import PoolName, SpeculativeField
+from disaggspec.constants import POOLS
 from disaggspec.sglang.profiles import PROFILES, SGLangProfile
 
 
@@ -25,7 +26,7 @@ def string_list(values: Iterable[str]) -> str:
 
 def both(template: Callable[[PoolName], str]) -> str:
     """CEL that holds when `template(pool)` holds for prefill and for decode."""
-    return " && ".join(f"({template(p)})" for p in POOL_NAMES)
+    return " && ".join(f"({template(p)})" for p in POOLS)
 
 
 def by_version(holds: Callable[[SGLangProfile], str]) -> str:

@@ -9,8 +9,9 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from disaggspec.api.effective import POOL_NAMES, EffectiveSpeculative, PoolName, effective_speculative_pair, pool
+from disaggspec.api.effective import EffectiveSpeculative, PoolName, effective_speculative_pair, pool
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, PoolSpec
+from disaggspec.constants import POOLS
 from disaggspec.sglang.profiles import SGLangProfile, profile_for
 
 
@@ -124,7 +125,7 @@ def effective_rule(
                 yield speculative_path(p, wire)
 
     # One CEL rule per pool, so the API server names the pool's own field as the Python twin does.
-    cels = tuple(Cel(DisaggSpecServiceSpec, cel(p), speculative_field_path(p, wire)) for p in POOL_NAMES)
+    cels = tuple(Cel(DisaggSpecServiceSpec, cel(p), speculative_field_path(p, wire)) for p in POOLS)
     return Rule(rule_id, fields, message, check, cels)
 
 
@@ -141,7 +142,7 @@ def pool_spec_rule(
     `spec.<pool>.<wire>`."""
 
     def check(service: DisaggSpecService) -> Iterator[str]:
-        for p in POOL_NAMES:
+        for p in POOLS:
             if not holds(pool(service.spec, p)):
                 yield f"spec.{p}.{wire}"
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from disaggspec.api.effective import POOL_NAMES, pool
+from disaggspec.api.effective import pool
 from disaggspec.api.v1alpha1 import (
     DisaggSpecService,
     DraftModel,
@@ -25,6 +25,7 @@ from disaggspec.api.v1alpha1 import (
     ResourceRequirements,
     Toleration,
 )
+from disaggspec.constants import POOLS
 from disaggspec.validation._core import Cel, Rule
 
 Node = TypeVar("Node", bound=BaseModel)
@@ -33,7 +34,7 @@ Places = Callable[[DisaggSpecService], Iterator[tuple[str, Any]]]
 
 def pools(service: DisaggSpecService) -> Iterator[tuple[str, PoolSpec]]:
     """spec.prefill and spec.decode."""
-    for p in POOL_NAMES:
+    for p in POOLS:
         yield f"spec.{p}", pool(service.spec, p)
 
 

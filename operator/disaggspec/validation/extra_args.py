@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from disaggspec.api.effective import POOL_NAMES, PoolName, pool
+from disaggspec.api.effective import PoolName, pool
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, EngineSpec, PoolSpec
+from disaggspec.constants import POOLS
 from disaggspec.sglang.args import DIST_INIT_PORT, SERVER_PORT
 from disaggspec.sglang.argv import ArgProblem, ParsedOption, parse
 from disaggspec.sglang.flag_policy import FlagClass, Policy, classify
@@ -75,7 +76,7 @@ class _List:
 def _lists(service: DisaggSpecService) -> Iterator[_List]:
     spec = service.spec
     yield _List(ENGINE_PATH, spec.engine.extra_args, True)
-    for p in POOL_NAMES:
+    for p in POOLS:
         yield _List(f"spec.{p}.extraArgs", pool(spec, p).extra_args, False)
 
 
@@ -212,7 +213,7 @@ def _parallel_size(service: DisaggSpecService) -> Iterator[Finding]:
     """Expert, MoE data, context and shared-expert groups are carved from the tensor-parallel ranks (citations in
     flag_policy.PER_POOL_SAFE), and the pod has exactly tensorParallelSize GPUs for them."""
     reported: set[str] = set()
-    for p in POOL_NAMES:
+    for p in POOLS:
         tp = pool(service.spec, p).tensor_parallel_size
         for extra, found, policy in _pool_options(service, p):
             at = _at(extra, found.index)
@@ -246,7 +247,7 @@ def _ports(service: DisaggSpecService) -> Iterator[Finding]:
     reported: set[str] = set()
     bootstrap = service.spec.transfer.bootstrap_port
     fixed = {SERVER_PORT: "the HTTP port", bootstrap: "spec.transfer.bootstrapPort"}
-    for p in POOL_NAMES:
+    for p in POOLS:
         taken = dict(fixed)
         if pool(service.spec, p).nodes_per_instance > 1:
             taken.setdefault(DIST_INIT_PORT, "the multi-node rendezvous port (--dist-init-addr)")

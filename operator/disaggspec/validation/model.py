@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from disaggspec.api.effective import POOL_NAMES, pool
+from disaggspec.api.effective import pool
 from disaggspec.api.v1alpha1 import CacheVolume, DisaggSpecService, DisaggSpecServiceSpec, ModelSpec, ModelVolume
-from disaggspec.constants import COMPILE_CACHE_ENV, MODEL_CACHE_ENV
+from disaggspec.constants import COMPILE_CACHE_ENV, MODEL_CACHE_ENV, POOLS
 from disaggspec.validation._cel import quote, string_list
 from disaggspec.validation._core import Cel, Rule
 
@@ -19,7 +19,7 @@ def _hf_token_env(service: DisaggSpecService) -> Iterator[str]:
     """With model.hfTokenSecretRef the operator sets HF_TOKEN itself; a second HF_TOKEN in env would be ambiguous."""
     if service.spec.model.hf_token_secret_ref is None:
         return
-    for p in POOL_NAMES:
+    for p in POOLS:
         for index, env in enumerate(pool(service.spec, p).env):
             if env.name == HF_TOKEN_ENV:
                 yield f"spec.{p}.env[{index}]"
@@ -39,7 +39,7 @@ HF_TOKEN_IN_ENV: Final = Rule(
             f"self.{p}.env.all(e, e.name != {quote(HF_TOKEN_ENV)})",
             f".{p}.env",
         )
-        for p in POOL_NAMES
+        for p in POOLS
     ),
 )
 
@@ -141,7 +141,7 @@ def _env_rule(rule_id: str, field: str, has: str, names: tuple[str, ...], what: 
         cached = service.spec.model.cache if field == "spec.model.cache" else service.spec.engine.compile_cache
         if cached is None:
             return
-        for p in POOL_NAMES:
+        for p in POOLS:
             for index, env in enumerate(pool(service.spec, p).env):
                 if env.name in names:
                     yield f"spec.{p}.env[{index}]"
@@ -158,7 +158,7 @@ def _env_rule(rule_id: str, field: str, has: str, names: tuple[str, ...], what: 
                 f"!({has}) || !has(self.{p}.env) || self.{p}.env.all(e, !(e.name in {string_list(names)}))",
                 f".{p}.env",
             )
-            for p in POOL_NAMES
+            for p in POOLS
         ),
     )
 

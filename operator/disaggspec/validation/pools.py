@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from disaggspec.api.effective import POOL_NAMES, pool
+from disaggspec.api.effective import pool
 from disaggspec.api.v1alpha1 import (
     DEFAULT_GPUS_PER_NODE,
     GPU_RESOURCE,
@@ -19,6 +19,8 @@ from disaggspec.api.v1alpha1 import (
     EnvVarSource,
     PoolSpec,
 )
+from disaggspec.constants import POOLS
+from disaggspec.revision import REVISION_NAME_LENGTH
 from disaggspec.sglang.profiles import RUST_SERVER_ENV, TRANSFER_DRAFT_PROBS_ENV
 from disaggspec.validation._cel import quote, string_list
 from disaggspec.validation._core import Cel, Rule, pool_spec_rule
@@ -60,9 +62,8 @@ MAX_GROUP_INDEX_DIGITS: Final = 4
 """Digits of a LeaderWorkerSet group index: replicas is at most 1024 and a rolling update surges at most as many
 again (LWS caps maxSurge at replicas, sigs.k8s.io/lws v0.9.0 pkg/controllers/leaderworkerset_controller.go:307-310),
 so an index < 2048."""
-REVISION_SUFFIX_LENGTH: Final = 8
-"""Hex characters of the fingerprint in a revision's workload name <name>-<role>-<8 hex> (render/names.py
-REVISION_NAME_LENGTH; a unit test keeps the two equal)."""
+REVISION_SUFFIX_LENGTH: Final = REVISION_NAME_LENGTH
+"""Hex characters of the fingerprint in a revision's workload name <name>-<role>-<8 hex> (`revision`)."""
 CONTROLLER_REVISION_HASH_LENGTH: Final = 10
 """Longest hash a StatefulSet's ControllerRevision gets: the decimal FNV-32 sum, safe-encoded character by character
 (kubernetes pkg/controller/history/controller_history.go:134-145), at most 10 characters."""
@@ -121,14 +122,14 @@ def _gpus_per_node_cel(prefix: str) -> str:
     return f"(has({prefix}.gpusPerNode) ? {prefix}.gpusPerNode : {DEFAULT_GPUS_PER_NODE})"
 
 
-_PREFILL_NAME_LIMIT: Final = multi_node_name_limit(POOL_NAMES[0])
-_DECODE_NAME_LIMIT: Final = multi_node_name_limit(POOL_NAMES[1])
+_PREFILL_NAME_LIMIT: Final = multi_node_name_limit(POOLS[0])
+_DECODE_NAME_LIMIT: Final = multi_node_name_limit(POOLS[1])
 
 
 def _name_length_multi_node(service: DisaggSpecService) -> Iterator[str]:
     """The LeaderWorkerSet's children carry longer names than a Deployment's: see `multi_node_name_limit`."""
     name = service.metadata.name
-    if any(_is_multi_node(pool(service.spec, p)) and len(name) > multi_node_name_limit(p) for p in POOL_NAMES):
+    if any(_is_multi_node(pool(service.spec, p)) and len(name) > multi_node_name_limit(p) for p in POOLS):
         yield "metadata.name"
 
 
@@ -327,7 +328,7 @@ MAX_UNAVAILABLE_FORM: Final = r"^([0-9]+|(100|[1-9]?[0-9])%)$"
 
 def disruption_places(service: DisaggSpecService) -> Iterator[tuple[str, DisruptionSpec]]:
     """The disruption block of both pools and of the router."""
-    for p in POOL_NAMES:
+    for p in POOLS:
         yield f"spec.{p}.disruption", pool(service.spec, p).disruption
     yield "spec.router.disruption", service.spec.router.disruption
 
@@ -401,14 +402,14 @@ ENV_RDMA_OWNED: Final = Rule(
             f"self.{p}.env.all(e, !e.name.matches({quote(_RDMA_OWNED_ENV_RE)}))",
             f".{p}.env",
         )
-        for p in POOL_NAMES
+        for p in POOLS
     ),
 )
 
 
 def _env_value_exclusive(service: DisaggSpecService) -> Iterator[str]:
     """As in a Pod, an EnvVar with both value and valueFrom is invalid; rejecting here names the field earlier."""
-    for p in POOL_NAMES:
+    for p in POOLS:
         for index, env in enumerate(pool(service.spec, p).env):
             if env.value is not None and env.value_from is not None:
                 yield f"spec.{p}.env[{index}].valueFrom"

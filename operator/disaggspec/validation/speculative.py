@@ -15,13 +15,13 @@ from disaggspec.api.effective import (
     MULTI_LAYER,
     NUM_DRAFT_TOKENS,
     NUM_STEPS,
-    POOL_NAMES,
     REJECTION_SAMPLING,
     EffectiveSpeculative,
     PoolName,
     SpeculativeField,
 )
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec
+from disaggspec.constants import POOLS
 from disaggspec.validation._cel import effective, effective_part, is_set, string_list
 from disaggspec.validation._core import Cel, Rule, effective_rule, speculative_field_path, speculative_path
 
@@ -42,7 +42,7 @@ class SpecTerm:
 
 def _overriding_pool(spec: DisaggSpecServiceSpec, field: SpeculativeField[Any]) -> PoolName:
     """The pool whose own speculative block sets `field` (decode when both or neither do): where a mismatch points."""
-    prefill, decode = (field.own(spec, p) is not None for p in POOL_NAMES)
+    prefill, decode = (field.own(spec, p) is not None for p in POOLS)
     return "prefill" if prefill and not decode else "decode"
 
 
@@ -131,7 +131,7 @@ NUM_STEPS_MATCH: Final = match_rule(
     "with multiLayer, prefill and decode must use the same numSteps (prefill sends eagleTopk x numSteps top-k "
     "entries): remove the numSteps override from spec.prefill.speculative or spec.decode.speculative",
     when=SpecTerm(
-        lambda spec: any(MULTI_LAYER.resolve(spec, p) for p in POOL_NAMES),
+        lambda spec: any(MULTI_LAYER.resolve(spec, p) for p in POOLS),
         f"({effective('prefill', MULTI_LAYER)} || {effective('decode', MULTI_LAYER)})",
     ),
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from disaggspec.api.effective import POOL_NAMES, pool
+from disaggspec.api.effective import pool
 from disaggspec.api.v1alpha1 import (
     DEFAULT_GPUS_PER_NODE,
     GPU_RESOURCE,
@@ -18,6 +18,7 @@ from disaggspec.api.v1alpha1 import (
     RouterSpec,
     TransferSpec,
 )
+from disaggspec.constants import POOLS
 from disaggspec.sglang.args import DIST_INIT_PORT, SERVER_PORT
 from disaggspec.validation._cel import both, quote, string_list
 from disaggspec.validation._core import Cel, Rule
@@ -47,7 +48,7 @@ def _ib_map_covers(service: DisaggSpecService) -> Iterator[str]:
     rdma = service.spec.transfer.rdma
     if rdma is None or not rdma.ib_devices_per_gpu:
         return
-    for p in POOL_NAMES:
+    for p in POOLS:
         if any(str(i) not in rdma.ib_devices_per_gpu for i in range(pool_gpus(pool(service.spec, p)))):
             yield "spec.transfer.rdma.ibDevicesPerGpu"
             return
@@ -85,7 +86,7 @@ def _ib_map_whole_node(service: DisaggSpecService) -> Iterator[str]:
     rdma = service.spec.transfer.rdma
     if rdma is None or not rdma.ib_devices_per_gpu:
         return
-    if any(pool_gpus(pool(service.spec, p)) != pool(service.spec, p).gpus_per_node for p in POOL_NAMES):
+    if any(pool_gpus(pool(service.spec, p)) != pool(service.spec, p).gpus_per_node for p in POOLS):
         yield "spec.transfer.rdma.ibDevicesPerGpu"
 
 
@@ -207,7 +208,7 @@ def _bootstrap_port_off_dist_init(service: DisaggSpecService) -> Iterator[str]:
     """A multi-node prefill leader binds the bootstrap server and the ranks' rendezvous (--dist-init-addr, port
     DIST_INIT_PORT) in one pod; a multi-node decode leader, the rendezvous, while decode dials the bootstrap port of
     prefill on that port number (the same spec.transfer.bootstrapPort on both pools)."""
-    multi = any(pool(service.spec, p).nodes_per_instance > 1 for p in POOL_NAMES)
+    multi = any(pool(service.spec, p).nodes_per_instance > 1 for p in POOLS)
     if multi and service.spec.transfer.bootstrap_port == DIST_INIT_PORT:
         yield "spec.transfer.bootstrapPort"
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from disaggspec.api.effective import ALGORITHM, POOL_NAMES
+from disaggspec.api.effective import ALGORITHM
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec, TransferSpec
+from disaggspec.constants import POOLS
 from disaggspec.validation._cel import both, effective
 from disaggspec.validation._core import Cel, TransitionRule
 
 
 def _algorithm_unchanged(old: DisaggSpecService, new: DisaggSpecService) -> Iterator[str]:
     """Each pool's effective algorithm (override over shared) is the same before and after the update."""
-    if any(ALGORITHM.resolve(old.spec, p) != ALGORITHM.resolve(new.spec, p) for p in POOL_NAMES):
+    if any(ALGORITHM.resolve(old.spec, p) != ALGORITHM.resolve(new.spec, p) for p in POOLS):
         yield "spec.speculative.algorithm"
 
 

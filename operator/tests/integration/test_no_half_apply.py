@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from disaggspec.api import parse_service
-from disaggspec.render import fingerprint, names
+from disaggspec.render import fingerprint
+from disaggspec.revision import revision_name
 from e2e.support.fixtures import Cluster, fresh_namespace
 from e2e.support.operator_install import wait_webhook_registered
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
@@ -182,7 +183,7 @@ def test_a_quota_that_fits_two_of_three_deployments_leaves_no_child(
     apply(cluster, ns, three)
     wait("Degraded=ChildRefused", lambda: reason(cluster, ns, "three", "Degraded") == "ChildRefused", 30, process)
     message = conditions(cluster, ns, "three")["Degraded"]["message"]
-    revision = names.revision_name(fingerprint(parse_service(three)))
+    revision = revision_name(fingerprint(parse_service(three)))
     assert re.match(
         rf"the API server refuses Deployment three-(prefill|decode|router)-{revision}: exceeded quota: children",
         message,

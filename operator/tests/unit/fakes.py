@@ -82,7 +82,7 @@ class FakeClient(apply.Client):
             ]
 
     def service(self, namespace: str, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.objects[apply.SERVICE_RESOURCE.item(namespace, name)])
+        return copy.deepcopy(self.objects[apply.DSS_RESOURCE.item(namespace, name)])
 
     # ---- what a test sets up ---------------------------------------------------------------------------------------
 
@@ -90,9 +90,7 @@ class FakeClient(apply.Client):
         """Store `obj` as a create would (new uid, generation 1); returns the stored copy."""
         meta = obj["metadata"]
         path = (
-            apply.SERVICE_RESOURCE.item(meta["namespace"], meta["name"])
-            if obj["kind"] == c.KIND
-            else apply.located(obj)[1]
+            apply.DSS_RESOURCE.item(meta["namespace"], meta["name"]) if obj["kind"] == c.KIND else apply.located(obj)[1]
         )
         stored = copy.deepcopy(obj)
         with self._lock:
@@ -103,7 +101,7 @@ class FakeClient(apply.Client):
 
     def update_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Replace the service's spec as a user's edit would (generation bumped)."""
-        path = apply.SERVICE_RESOURCE.item(namespace, name)
+        path = apply.DSS_RESOURCE.item(namespace, name)
         with self._lock:
             obj = self.objects[path]
             obj["spec"] = copy.deepcopy(spec)
@@ -181,7 +179,7 @@ class FakeClient(apply.Client):
                 del self.objects[path]
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        path = apply.SERVICE_RESOURCE.item(namespace, name)
+        path = apply.DSS_RESOURCE.item(namespace, name)
         with self._lock:
             self.requests.append(("PATCH", f"{path}/status"))
             obj = self.objects[path]

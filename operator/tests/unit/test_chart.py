@@ -1,9 +1,10 @@
 """The Helm chart offline: lint, schema, conformance of the rendered objects, pod security, and least-privilege RBAC.
 
 The RBAC check derives what the operator needs from the code (`disaggspec.apply.OWNED_KINDS`, the kinds `render`
-produces and the permissions of the router Role it renders, the leader Lease of `disaggspec.leader`, the webhook
-configuration of `disaggspec.webhookconfig`) plus kopf's documented needs, and fails both when the chart's bindings
-miss one and when they grant anything more, cluster-wide, in each watched namespace and in the release namespace.
+produces and the permissions of the router Role it renders, the leader Lease of `disaggspec.runtime.leader`, the
+webhook configuration of `disaggspec.runtime.webhook_config`) plus kopf's documented needs, and fails both when the
+chart's bindings miss one and when they grant anything more, cluster-wide, in each watched namespace and in the
+release namespace.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from disaggspec import apply, leader, webhookconfig
+from disaggspec import apply
 from disaggspec.api import parse_service
 from disaggspec.config import HealthSettings, OperatorConfig, health_from_env
 from disaggspec.render import render
+from disaggspec.runtime import leader, webhook_config
 from e2e.cluster import build
 
 REPO = Path(__file__).resolve().parents[3]
@@ -130,9 +132,9 @@ def required_cluster_wide(webhook: bool = True, namespaces: bool = False) -> set
     # kopf watches CRDs.
     need = {("apiextensions.k8s.io", "customresourcedefinitions", v, "") for v in ("list", "watch")}
     if webhook:
-        # webhookconfig server-side applies its entry into the configuration the chart ships: one PATCH, by name.
-        config = webhookconfig.WEBHOOK_CONFIGURATION
-        need.add((_group(config.api_version), config.plural, "patch", webhookconfig.CONFIGURATION_NAME))
+        # webhook_config server-side applies its entry into the configuration the chart ships: one PATCH, by name.
+        config = webhook_config.WEBHOOK_CONFIGURATION
+        need.add((_group(config.api_version), config.plural, "patch", webhook_config.CONFIGURATION_NAME))
     if namespaces:
         need |= {("", "namespaces", v, "") for v in ("list", "watch")}
     return need

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from disaggspec.api import POOL_NAMES, effective_speculative, parse_service
+from disaggspec.api import effective_speculative, parse_service
 from disaggspec.api.effective import (
     SHARED_ONLY_SPECULATIVE_FIELDS,
     SPECULATIVE_FIELDS,
@@ -18,6 +18,7 @@ from disaggspec.api.effective import (
     SpeculativeField,
 )
 from disaggspec.api.v1alpha1 import PoolSpeculativeSpec, SpeculativeSpec
+from disaggspec.constants import POOLS
 from disaggspec.validation._cel import effective, is_set
 from tests.unit.dss_cases import RULE_CASES, VALID_CASES, Case
 
@@ -66,7 +67,7 @@ def _wire_merge(spec: dict[str, Any], pool: str, wire: str) -> object:
 def test_python_merge_equals_the_wire_merge(case: Case) -> None:
     spec = parse_service(case.manifest()).spec
     wire = spec.model_dump(by_alias=True, exclude_none=True)
-    for pool in POOL_NAMES:
+    for pool in POOLS:
         eff = effective_speculative(spec, pool)
         for field in SPECULATIVE_FIELDS:
             value = field.resolve(spec, pool)

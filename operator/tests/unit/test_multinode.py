@@ -18,6 +18,7 @@ from disaggspec.ib_device_map import IMAGE_PATH
 from disaggspec.render import fingerprint, names, render
 from disaggspec.render import pool as pool_render
 from disaggspec.render.rdma import server_command
+from disaggspec.revision import REVISION_NAME_LENGTH
 from disaggspec.sglang.args import DIST_INIT_PORT, server_args
 from disaggspec.validation import validate
 from disaggspec.validation.pools import (
@@ -250,11 +251,11 @@ def test_the_node_layout_keys_a_new_revision() -> None:
 
 
 def test_name_limit_is_what_the_longest_child_label_allows() -> None:
-    assert REVISION_SUFFIX_LENGTH == names.REVISION_NAME_LENGTH
+    assert REVISION_SUFFIX_LENGTH == REVISION_NAME_LENGTH
     assert (multi_node_name_limit("prefill"), multi_node_name_limit("decode")) == (30, 31)
     for role in ("prefill", "decode"):
         service_name = "a" * multi_node_name_limit(role)
-        lws = f"{service_name}-{role}-{'f' * names.REVISION_NAME_LENGTH}"
+        lws = f"{service_name}-{role}-{'f' * REVISION_NAME_LENGTH}"
         worker_statefulset = f"{lws}-{'9' * MAX_GROUP_INDEX_DIGITS}"
         revision_label = f"{worker_statefulset}-{'x' * CONTROLLER_REVISION_HASH_LENGTH}"
         assert len(revision_label) == LABEL_VALUE_LENGTH

@@ -18,11 +18,13 @@ from disaggspec import apply, childrefusal, handlers, metrics, render, rollout
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import parse_service
-from disaggspec.apis import ApiAvailability
-from disaggspec.childcache import ServiceCache
 from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, ApiMissing, HeldOff, Reconciler
 from disaggspec.render import names
+from disaggspec.revision import revision_name
+from disaggspec.runtime.availability import ApiAvailability
+from disaggspec.runtime.caches import DisaggSpecServiceCache
+from disaggspec.runtime.controller import Controller
 from disaggspec.servinghealth.judge import Judgement, Verdict
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import Event, FakeClient
@@ -52,7 +54,7 @@ def _reconciler(client: FakeClient) -> Reconciler:
         client,
         OperatorConfig(),
         client.post_event,
-        services=ServiceCache(),
+        services=DisaggSpecServiceCache(),
         clock=lambda: rollout.format_time(START + datetime.timedelta(seconds=next(ticks))),
     )
 
@@ -77,7 +79,7 @@ def _body(obj: dict[str, Any]) -> kopf.Body:
 
 
 def _status_path() -> str:
-    return f"{apply.SERVICE_RESOURCE.item(NAMESPACE, NAME)}/status"
+    return f"{apply.DSS_RESOURCE.item(NAMESPACE, NAME)}/status"
 
 
 def _converged(edits: dict[str, Any] | None = None) -> tuple[FakeClient, Reconciler]:
@@ -104,9 +106,7 @@ def test_a_new_service_gets_every_child_and_a_progressing_status() -> None:
     assert {obj["kind"] for obj in client.children(NAMESPACE, NAME)} == owned
     assert client.writes[-1] == ("PATCH", _status_path())
     # A service without status never had children: the only read is the service itself (the cache was cold).
-    assert [path for method, path in client.requests if method == "GET"] == [
-        apply.SERVICE_RESOURCE.item(NAMESPACE, NAME)
-    ]
+    assert [path for method, path in client.requests if method == "GET"] == [apply.DSS_RESOURCE.item(NAMESPACE, NAME)]
     status = client.service(NAMESPACE, NAME)["status"]
     assert status["observedGeneration"] == 1 and status["specFingerprint"] and status["endpoint"]
     conditions = _conditions(client)
@@ -184,9 +184,9 @@ def test_admission_refuses_with_the_message_reconcile_reports() -> None:
     client.create(manifest)
     _pass(_reconciler(client), client)
     with pytest.raises(kopf.AdmissionError) as refused:
-        handlers.admit(body=_body(manifest), operation="CREATE")
+        handlers.admit(body=_body(manifest), operation="CREATE", memo=kopf.Memo())
     assert str(refused.value) == _conditions(client)["SpecConfigConsistent"]["message"]
-    handlers.admit(body=_body(_manifest()), operation="CREATE")  # a valid spec passes
+    handlers.admit(body=_body(_manifest()), operation="CREATE", memo=kopf.Memo())  # a valid spec passes
 
 
 def test_an_apply_error_is_degraded_and_announced_once() -> None:
@@ -309,13 +309,14 @@ def test_a_render_that_raises_becomes_render_failed_without_a_retry(monkeypatch:
 
 def test_admission_refuses_a_spec_whose_child_would_be_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     client = FakeClient()
-    monkeypatch.setattr(handlers.RUNTIME, "reconciler", _reconciler(client))
+    controller = Controller(client, OperatorConfig())
+    memo = handlers.memo_for(controller)
     manifest = _manifest(LABELLED)
     manifest["metadata"]["uid"] = "incoming-uid"
     prefill = apply.DEPLOYMENT.item(NAMESPACE, _deployment("prefill", LABELLED))
     client.refuse[prefill] = _invalid_labels(prefill)
     with pytest.raises(kopf.AdmissionError) as refused:
-        handlers.admit(body=_body(manifest), operation="CREATE")
+        handlers.admit(body=_body(manifest), operation="CREATE", memo=memo)
     assert str(refused.value).startswith(f"the API server refuses Deployment {_deployment('prefill', LABELLED)}: ")
     assert "(from spec.prefill.podLabels)" in str(refused.value)
     assert client.writes == []  # dry-runs only
@@ -323,12 +324,12 @@ def test_admission_refuses_a_spec_whose_child_would_be_refused(monkeypatch: pyte
 
     # Fail-safe: a dry-run the API server cannot answer admits the spec (reconcile checks again before writing).
     client.refuse[prefill] = apply.ApiError(503, "PATCH", prefill, "unavailable")
-    handlers.admit(body=_body(manifest), operation="CREATE")
+    handlers.admit(body=_body(manifest), operation="CREATE", memo=memo)
     # A denied namespace gets no children: nothing to dry-run.
-    monkeypatch.setattr(handlers.RUNTIME.reconciler, "config", OperatorConfig(denied_namespaces=(NAMESPACE,)))
+    monkeypatch.setattr(controller, "config", OperatorConfig(denied_namespaces=(NAMESPACE,)))
     client.refuse[prefill] = _invalid_labels(prefill)
     client.reset()
-    handlers.admit(body=_body(manifest), operation="CREATE")
+    handlers.admit(body=_body(manifest), operation="CREATE", memo=memo)
     assert client.requests == []
 
 
@@ -380,7 +381,7 @@ def test_a_child_no_longer_rendered_is_pruned_and_a_foreign_one_kept() -> None:
 def test_a_deleted_service_is_left_alone() -> None:
     client = FakeClient()
     _pass(_reconciler(client), client)
-    assert client.requests == [("GET", apply.SERVICE_RESOURCE.item(NAMESPACE, NAME))]
+    assert client.requests == [("GET", apply.DSS_RESOURCE.item(NAMESPACE, NAME))]
 
 
 def test_a_pass_refused_after_writing_rolls_back_and_holds_off_the_event_driven_retries(
@@ -549,13 +550,13 @@ def test_a_must_match_edit_rolls_out_a_new_revision_beside_the_serving_one() -> 
     edits = {"spec.model.revision": "v2"}  # a must-match setting: a new fingerprint
     new = {role: _deployment(role, edits) for role in ("prefill", "decode", "router")}
     assert set(old.values()).isdisjoint(new.values())
-    revision = names.revision_name(render.fingerprint(parse_service(_manifest(edits))))
+    revision = revision_name(render.fingerprint(parse_service(_manifest(edits))))
     assert reconciler.reconcile(NAMESPACE, NAME, client.children) is None  # no rollout: nothing to look at later
     reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(edits)["spec"]))
     client.reset()
     wake_after = reconciler.reconcile(NAMESPACE, NAME, client.children)
     # A rollout runs: the pass asks to run again by the progress deadline, even if nothing else happens.
-    deadline = rollout.progress_deadline_seconds(parse_service(_manifest(edits)))
+    deadline = render.rollout_timing(parse_service(_manifest(edits))).progress_deadline_seconds
     assert wake_after is not None and 0 < wake_after <= deadline + 1
     # The new revision starts beside the old one, which keeps every pod (maxUnavailable 0) and serves meanwhile.
     assert _deployments(client) == {**{name: 1 for name in old.values()}, **{name: 1 for name in new.values()}}

@@ -10,8 +10,9 @@ import yaml
 
 from disaggspec import rollout
 from disaggspec.api import DisaggSpecService, parse_service
+from disaggspec.api.v1alpha1 import RevisionStatus
 from disaggspec.config import OperatorConfig
-from disaggspec.render import Revision, fingerprint, names, render
+from disaggspec.render import Revision, fingerprint, names, render, rollout_timing
 from disaggspec.rollout import Count, LiveRevision
 from tests.unit.dss_cases import EXAMPLES, edited
 
@@ -51,8 +52,12 @@ def _rev(
 def _plan(
     service: DisaggSpecService, *revisions: LiveRevision, previous: list[dict[str, Any]] | None = None
 ) -> rollout.Plan:
+    """`previous`: status.revisions as written (JSON; the fields a test leaves out get placeholders)."""
     live = {rev.fingerprint: rev for rev in revisions}
-    return rollout.plan(service, fingerprint(service), live, previous or [], NOW)
+    written = [
+        RevisionStatus.model_validate({"name": "written", "traffic": "Rolling", **entry}) for entry in previous or []
+    ]
+    return rollout.plan(service, fingerprint(service), live, written, NOW, rollout_timing(service))
 
 
 def _replicas(plan: rollout.Plan) -> dict[str, dict[str, int]]:
@@ -175,15 +180,15 @@ def test_the_last_old_pair_loses_its_router_before_its_pools() -> None:
 
 
 def test_without_a_terminating_count_the_router_is_given_its_pause() -> None:
-    """An API server that does not count terminating pods: the pools go ROUTER_GONE_SECONDS after the router was
-    scaled to zero (recorded in status), not at once."""
+    """An API server that does not count terminating pods: the pools go a while after the router was
+    scaled to zero (recorded in status): its 10 s preStop pause and a 5 s margin, not at once."""
     service = _service(1, 1)
     fp = fingerprint(service)
     old = _rev(OLD, (1, 1), (1, 1), spec=service)
     old = LiveRevision(OLD, {**old.counts, "router": Count(replicas=0, pods=0, ready=0)}, old.spec, old.created)
     first = _plan(service, _rev(fp, (1, 1), (1, 1)), old)
     assert OLD in _replicas(first) and first.status[1].retiring_since == NOW
-    assert first.wake_after == rollout.ROUTER_GONE_SECONDS
+    assert first.wake_after == rollout_timing(service).router_gone_seconds == 15
     entry = {"fingerprint": OLD, "retiringSince": "2026-12-04T11:59:50Z"}
     assert OLD in _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), old, previous=[entry]))
     entry["retiringSince"] = "2026-12-04T11:59:40Z"

@@ -17,7 +17,7 @@ import pytest
 
 from disaggspec import metrics
 from disaggspec.config import HealthSettings, health_from_env
-from disaggspec.render import names
+from disaggspec.revision import revision_name
 from disaggspec.servinghealth import prometheus, samples
 from disaggspec.servinghealth.judge import NOT_MEASURED, PodWindow, judge, reduce
 from disaggspec.servinghealth.monitor import Monitor
@@ -245,7 +245,7 @@ def test_another_service_s_pods_are_not_taken() -> None:
 
 def test_the_pods_of_each_revision_s_deployments_are_taken() -> None:
     # A Deployment `<service>-<role>-<revision>` (names.deployment_name) names its pods `<deployment>-<hash>-<suffix>`.
-    new, old = names.revision_name("9c20c58d5e553f62"), names.revision_name("3d810168411e2b52")
+    new, old = revision_name("9c20c58d5e553f62"), revision_name("3d810168411e2b52")
     pods = {f"llama-decode-{new}-5d9f8c7b6-x2x7q": 1.0, f"llama-decode-{old}-6c8d9f7b5-q1w2e": 1.0}
     windows = prometheus.windows("llama", {"requests": {**pods, f"llama-decode-decode-{new}-5d9f8c7b6-x2x7q": 3.0}})
     assert [(w.pod, w.role) for w in windows] == [(pod, "decode") for pod in sorted(pods)]

@@ -320,13 +320,14 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
 def test_transition_time_is_kept_unless_the_status_flips() -> None:
     ready = _deployment(1, 1)
     first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
-    again = status.compute(_observe(prefill=ready, decode=ready, router=ready), first.to_wire(), "T2")
+    written = status.parse_previous(first.to_wire())
+    again = status.compute(_observe(prefill=ready, decode=ready, router=ready), written, "T2")
     assert again == first
-    assert not status.changed(again, first.to_wire())
-    flipped = status.compute(_observe(prefill=_deployment(1, 0), decode=ready, router=ready), first.to_wire(), "T3")
+    assert not status.changed(again, written)
+    flipped = status.compute(_observe(prefill=_deployment(1, 0), decode=ready, router=ready), written, "T3")
     assert _by_type(flipped)["Ready"].last_transition_time == "T3"
     assert _by_type(flipped)["SpecConfigConsistent"].last_transition_time == "T1"
-    assert status.changed(flipped, first.to_wire())
+    assert status.changed(flipped, written)
     assert status.changed(first, None)
 
 
@@ -334,7 +335,17 @@ def test_changed_ignores_fields_only_the_server_holds() -> None:
     ready = _deployment(1, 1)
     first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
     held = {**first.to_wire(), "fromANewerOperator": 1}
-    assert not status.changed(first, held)
+    assert not status.changed(first, status.parse_previous(held))
+
+
+def test_a_previous_status_that_cannot_be_read_is_written_afresh() -> None:
+    """A status edited by hand into something the model refuses reads as no status: the pass writes it whole."""
+    ready = _deployment(1, 1)
+    first = status.compute(_observe(prefill=ready, decode=ready, router=ready), None, "T1")
+    broken = {**first.to_wire(), "observedGeneration": "not a number"}
+    assert status.parse_previous(broken) is None
+    assert status.parse_previous({}) is None and status.parse_previous(None) is None
+    assert status.changed(first, status.parse_previous(broken))
 
 
 def _revision(name: str, traffic: RevisionTraffic, prefill: int, decode: int, router: int) -> RevisionStatus:

@@ -220,20 +220,25 @@ def test_only_the_generated_parts_change(tmp_path: Path, capsys: Any) -> None:
     assert gen.main(["--root", str(tmp_path), "--check"]) == 0
     readme, rules = tmp_path / gen.README, tmp_path / gen.RULES_FILE
     original_readme, original_rules = readme.read_text(), rules.read_text()
+    assert "## Try it without a cluster" in original_readme, (
+        "the hand edit below must change a heading outside the block"
+    )
     readme.write_text(
         original_readme.replace("| [`spec.model`]", "| [`spec.modelx`]").replace(
-            "## Quickstart", "## Quickstart (edited by hand)"
+            "## Try it without a cluster", "## Try it without a cluster (edited by hand)"
         )
     )
     rules.write_text(original_rules.replace("| `spec-topk-match` |", "| `spec-topk-mismatch` |"))
     capsys.readouterr()
     assert gen.main(["--root", str(tmp_path), "--check"]) == 1
     err = capsys.readouterr().err
-    assert "-| [`spec.modelx`]" in err and "+| [`spec.model`]" in err and "Quickstart" not in err
+    assert "-| [`spec.modelx`]" in err and "+| [`spec.model`]" in err and "edited by hand" not in err
     assert "-| `spec-topk-mismatch` |" in err and "+| `spec-topk-match` |" in err
     assert "2 file(s) differ" in err
     assert gen.main(["--root", str(tmp_path)]) == 0
-    assert readme.read_text() == original_readme.replace("## Quickstart", "## Quickstart (edited by hand)")
+    assert readme.read_text() == original_readme.replace(
+        "## Try it without a cluster", "## Try it without a cluster (edited by hand)"
+    )
     assert rules.read_text() == original_rules
     assert gen.main(["--root", str(tmp_path), "--check"]) == 0
 

@@ -9,10 +9,9 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -20,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from e2e.serving.emulator.tests.harness import REPO, Proc, Stack, request, sglang_args, wait_for
+from e2e.support.fakes import serve_http
 
 DIST_PORT = 20000
 LEADER, WORKER = 1, 2
@@ -194,24 +194,18 @@ def fake_api(stack: Stack, tmp_path: Path) -> Iterator[tuple[FakeApi, Path]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((stack.ip(9), 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "fake",
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://{stack.ip(9)}:{server.server_address[1]}"}}],
-        "users": [{"name": "fake", "user": {"token": "t"}}],
-    }
-    kubeconfig.write_text(json.dumps(config))  # JSON is YAML
-    try:
+    with serve_http(Handler, host=stack.ip(9)) as port:
+        kubeconfig = tmp_path / "kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://{stack.ip(9)}:{port}"}}],
+            "users": [{"name": "fake", "user": {"token": "t"}}],
+        }
+        kubeconfig.write_text(json.dumps(config))  # JSON is YAML
         yield api, kubeconfig
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_worker_started_first_finds_its_leader_by_name_once_it_has_an_ip(

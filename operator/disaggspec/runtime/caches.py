@@ -1,4 +1,5 @@
-"""The operator's caches of live objects, fed by watch events: each object packed as compressed JSON bytes.
+"""The operator's caches of live objects, fed by watch events: each object packed as compressed JSON bytes. The
+`Controller` owns one `ChildCache` and one `DisaggSpecServiceCache`; neither sends an API request.
 
 `ChildCache` holds every Deployment, Service, PodDisruptionBudget, Job, ServiceAccount, Role and RoleBinding the
 operator owns, keyed by the service that owns it, for the life of the process, so a reconcile pass needs no LIST. As
@@ -6,19 +7,19 @@ Python dicts a pool Deployment costs ~20 KiB; packed it is about a twentieth of 
 twelve objects of the service it works on. Packed entries are also single allocations, which do not pin the
 interpreter's small-object arenas the way millions of small dicts and strings do.
 
-The cache is fed by the operator's own informers (`informer`): each LIST of a kind is authoritative (`replace`
+The child cache is fed by the operator's own informers (`informer`): each LIST of a kind is authoritative (`replace`
 swaps that kind's entries for the listed ones, dropping what vanished during a watch gap), each watch event then
 updates one entry (`put`, `remove`). The cache may still lag the API server (an event not yet delivered), so callers
 treat a missing child as unknown, not as absent: reconcile reads it from the API server before applying. Labelled
 objects without a controller reference to a service are tracked by uid and resourceVersion only (never packed), so
 the periodic check that compares the cache with a metadata-only LIST sees exactly what the watch sees.
 
-`ServiceCache` holds the DisaggSpecServices themselves, so a pass reads its service without a GET. It also takes the
-responses of the operator's own status patches, and keeps whichever state is newer, so a watch event that predates
-the operator's last status write can never make it compute from, and rewrite over, a stale status; `put` says whether
-it stored something newer, so the echo of the operator's own write triggers no pass. A deleted service leaves a
-tombstone (its uid, for a while): a status-patch response or a late event of that uid can never revive it, and no
-pass creates children for an owner uid that no longer exists.
+`DisaggSpecServiceCache` holds the DisaggSpecServices themselves, so a pass reads its service without a GET. It
+also takes the responses of the operator's own status patches, and keeps whichever state is newer, so a watch event
+that predates the operator's last status write can never make it compute from, and rewrite over, a stale status;
+`put` says whether it stored something newer, so the echo of the operator's own write triggers no pass. A deleted
+service leaves a tombstone (its uid, for a while): a status-patch response or a late event of that uid can never
+revive it, and no pass creates children for an owner uid that no longer exists.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ class Tombstone:
     expires: float
 
 
-class ServiceCache:
+class DisaggSpecServiceCache:
     """The newest known state of each DisaggSpecService, by (namespace, name), and tombstones of deleted ones."""
 
     def __init__(

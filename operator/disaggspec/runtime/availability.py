@@ -1,9 +1,10 @@
 """Which optional APIs (CRDs another project installs, `apply.Kind.optional`) the cluster serves, as last seen.
 
-The informer of an optional kind is the only writer: a LIST answered 404 marks the API absent, a LIST that works
-marks it present. Reconcile reads it to tell a service that needs the API (a multi-node pool needs LeaderWorkerSet)
-why nothing is applied, instead of failing each pass on a 404. Unknown (no LIST answered yet) counts as present:
-the apply then says what the API server says.
+Owns that record and nothing else; reads and writes no API itself. The `Controller` owns one `ApiAvailability` and
+hands it to the informers and to the reconciler. The informer of an optional kind is the only writer: a LIST answered
+404 marks the API absent, a LIST that works marks it present. Reconcile reads it to tell a service that needs the API
+(a multi-node pool needs LeaderWorkerSet) why nothing is applied, instead of failing each pass on a 404. Unknown (no
+LIST answered yet) counts as present: the apply then says what the API server says.
 """
 
 from __future__ import annotations
@@ -35,7 +36,3 @@ class ApiAvailability:
         """True only when the API server said it does not serve `kind` (and has not served it since)."""
         with self._guard:
             return (api_version, kind) in self._absent
-
-
-AVAILABILITY = ApiAvailability()
-"""The process-wide record, fed by the informers."""

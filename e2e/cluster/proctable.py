@@ -8,6 +8,9 @@ that starts a session of its own, a daemon, escapes: there are no cgroups here.)
 argv, pod and container) and is rewritten atomically on every start and exit, so that after a crash of the runner
 `reap_stale` can stop exactly the processes it left behind: a recorded pid counts as ours only while its start time
 is the recorded one (pids get recycled; a session id cannot be while any member of the session lives).
+
+It lives with the control plane, not with the runner (`e2e.serving`), because `LocalCluster.down` must stop what the
+table records even when the runner is gone (`servingdir.stop_runner`); the runner writes it (`e2e.serving.kubelet`).
 """
 
 from __future__ import annotations

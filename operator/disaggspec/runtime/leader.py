@@ -1,7 +1,8 @@
 """Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics, so two replicas never both write.
 
-Every replica runs kopf (its watches fill the caches, its webhook server answers admission requests), but only the
-leader reconciles. The protocol is client-go's `leaderelection` package:
+Writes to the API: its one Lease (create, update), nothing else. Every replica runs kopf (its watches fill the caches,
+its webhook server answers admission requests), but only the leader reconciles: the `Controller` starts its workers
+once its `LeaderElector` leads. The protocol is client-go's `leaderelection` package:
 
 - A candidate reads the Lease every retry period. It takes the Lease when there is none (create), when it is released
   (empty `holderIdentity`), or when it has expired: its record has not changed for `leaseDurationSeconds` as measured

@@ -1,5 +1,8 @@
 """The ValidatingWebhookConfiguration `disaggspec.io`, written by the operator itself rather than kopf's managed mode.
 
+Writes to the API: that one configuration (server-side apply), each time the webhook server it serves with starts.
+The `Controller` owns the `ConfiguringWebhookServer` (built from `WebhookOptions`), and kopf serves with it.
+
 kopf's managed mode hard-codes `timeoutSeconds: 30` (the maximum): with failurePolicy Ignore, an operator that
 accepts connections but stalls delays every DisaggSpecService write by that long before the API server gives up. It
 also lists `v1beta1` review versions and creates a MutatingWebhookConfiguration nobody uses. Here the entry is a pure
@@ -17,12 +20,14 @@ import copy
 import logging
 import urllib.parse
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from disaggspec import apply, health
+from disaggspec import apply
 from disaggspec import constants as c
+from disaggspec.runtime.health import Health
 
 log = logging.getLogger("disaggspec.webhookconfig")
 
@@ -30,7 +35,7 @@ CONFIGURATION_NAME = c.GROUP
 """The ValidatingWebhookConfiguration's name (the chart creates it empty and owns it)."""
 WEBHOOK_NAME = f"validate.{c.GROUP}"
 HANDLER_ID = "validate"
-"""The id of the `kopf.on.validate` handler (handlers.enable_webhook): kopf routes `<root>/<id>` to it."""
+"""The id of the `kopf.on.validate` handler (`handlers.enable_webhook`): kopf routes `<root>/<id>` to it."""
 DEFAULT_TIMEOUT_SECONDS = 5
 WEBHOOK_CONFIGURATION = apply.Kind(
     "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"
@@ -97,6 +102,18 @@ def apply_configuration(client: apply.Client, manifest: dict[str, Any]) -> dict[
     return client.request("PATCH", configuration_path(), query, manifest, "application/apply-patch+yaml")
 
 
+@dataclass
+class WebhookOptions:
+    """How the admission webhook is served (the entry point's flags)."""
+
+    addr: str
+    port: int
+    host: str | None
+    certfile: str | None = None
+    pkeyfile: str | None = None
+    cafile: str | None = None
+
+
 class ConfiguringWebhookServer(kopf.WebhookServer):
     """kopf's webhook server that also registers itself: each client config it yields is applied first.
 
@@ -104,12 +121,37 @@ class ConfiguringWebhookServer(kopf.WebhookServer):
     backoff while liveness counts the failure against the grace period.
     """
 
-    def __init__(self, *, client: apply.Client, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        client: apply.Client,
+        health: Health,
+        timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         webhook_entry({}, timeout_seconds)  # refuse a bad timeout at start-up, not at the first yield
         self.client = client
+        self.health = health
         self.timeout_seconds = timeout_seconds
-        health.HEALTH.expect(HEALTH_COMPONENT)
+        health.expect(HEALTH_COMPONENT)
+
+    @classmethod
+    def serving(
+        cls, client: apply.Client, health: Health, options: WebhookOptions, timeout_seconds: int
+    ) -> ConfiguringWebhookServer:
+        """kopf's webhook server for `options`, registering itself in the ValidatingWebhookConfiguration."""
+        return cls(
+            client=client,
+            health=health,
+            timeout_seconds=timeout_seconds,
+            addr=options.addr,
+            port=options.port,
+            host=options.host,
+            certfile=options.certfile,
+            pkeyfile=options.pkeyfile,
+            cafile=options.cafile,
+        )
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         async for client_config in super().__call__(fn):
@@ -126,7 +168,7 @@ class ConfiguringWebhookServer(kopf.WebhookServer):
             except Exception as error:
                 delay = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS) - 1)]
                 attempt += 1
-                health.HEALTH.report(HEALTH_COMPONENT, False, f"cannot register the webhook configuration: {error}")
+                self.health.report(HEALTH_COMPONENT, False, f"cannot register the webhook configuration: {error}")
                 log.warning(
                     "could not apply ValidatingWebhookConfiguration %s (retrying in %.0fs): %s",
                     CONFIGURATION_NAME,
@@ -138,5 +180,5 @@ class ConfiguringWebhookServer(kopf.WebhookServer):
             target = manifest["webhooks"][0]["clientConfig"]
             where = target.get("url") or target.get("service")
             log.info("registered the validating webhook at %s (timeout %ds)", where, self.timeout_seconds)
-            health.HEALTH.report(HEALTH_COMPONENT, True, "serving")
+            self.health.report(HEALTH_COMPONENT, True, "serving")
             return

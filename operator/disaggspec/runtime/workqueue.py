@@ -1,4 +1,5 @@
-"""A de-duplicating work queue of service keys with worker threads, as controllers use.
+"""A de-duplicating work queue of service keys with worker threads, as controllers use. The `Controller` owns one;
+its workers run the reconcile passes (which write to the API: the queue itself sends no request).
 
 Every watch event of a service or of one of its children only *marks* the service dirty. A key that is already
 waiting is not queued twice, and a key that is being processed is queued again once, after the pass in hand, so a

@@ -1,4 +1,5 @@
-"""A self-signed serving certificate for the admission webhook when none is mounted (local runs, tests).
+"""A self-signed serving certificate for the admission webhook when none is mounted (local runs, tests); no API
+access: it writes two files, which the entry point hands to the webhook server.
 
 kopf would need an extra package to self-sign; `cryptography` is already a dependency of the kubernetes stack. The
 certificate is its own CA (kopf hands it to the API server as the webhook's caBundle) and names the host the API

@@ -1,6 +1,6 @@
-"""informer: the LIST/WATCH state machine against a scripted transport, the handlers' owner routing and service
-verification, and the reconcile guards against ghosts (tombstoned owners, a 404 on the status write, denied
-namespaces). No cluster, no threads: each test drives `Informer.step` by hand.
+"""informer: the LIST/WATCH state machine against a scripted transport, the controller's owner routing and service
+verification (service events through the kopf handler), and the reconcile guards against ghosts (tombstoned owners,
+a 404 on the status write, denied namespaces). No cluster, no threads: each test drives `Informer.step` by hand.
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from disaggspec import apply, handlers, informer, metrics
+from disaggspec import apply, handlers, metrics
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.apis import ApiAvailability
-from disaggspec.childcache import ChildCache, OwnerKey, ServiceCache
 from disaggspec.config import OperatorConfig
-from disaggspec.health import Health
 from disaggspec.reconcile import Reconciler
+from disaggspec.runtime import informer
+from disaggspec.runtime.availability import ApiAvailability
+from disaggspec.runtime.caches import ChildCache, DisaggSpecServiceCache, OwnerKey
+from disaggspec.runtime.controller import Controller
+from disaggspec.runtime.health import Health
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import FakeClient
 
@@ -131,6 +133,7 @@ class Harness:
             self.requeued.append,
             on_recovered=self._recovered,
             health=self.health,
+            availability=ApiAvailability(),
             page=page,
             settle=0,
             jitter=lambda: 0.0,
@@ -387,11 +390,14 @@ def test_stop_ends_run() -> None:
 
 
 def test_informers_cover_every_owned_kind_in_every_namespace() -> None:
-    made = informer.informers(FakeTransport(), ChildCache(), ("x", "y"), lambda owners: None)
+    made = informer.informers(
+        FakeTransport(), ChildCache(), ("x", "y"), lambda owners: None, health=Health(), availability=ApiAvailability()
+    )
     assert {(i.kind.kind, i.namespace) for i in made} == {
         (kind.kind, ns) for kind in apply.OWNED_KINDS for ns in ("x", "y")
     }
-    (cluster_wide,) = [i for i in informer.informers(FakeTransport(), ChildCache(), (), print) if i.kind == KIND]
+    made = informer.informers(FakeTransport(), ChildCache(), (), print, health=Health(), availability=ApiAvailability())
+    (cluster_wide,) = [i for i in made if i.kind == KIND]
     assert cluster_wide.namespace is None and cluster_wide.component == "watch/deployments"
 
 
@@ -414,7 +420,7 @@ def test_client_transport_streams_a_watch_line_by_line() -> None:
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED"] and raw.closed
 
 
-# ---- handlers: owner routing, service events, service verification --------------------------------------------------
+# ---- the controller: owner routing, service events, service verification --------------------------------------------
 
 
 class RecordingQueue:
@@ -426,14 +432,12 @@ class RecordingQueue:
 
 
 @pytest.fixture
-def runtime(monkeypatch: pytest.MonkeyPatch) -> tuple[handlers.Runtime, RecordingQueue, FakeClient]:
+def runtime(monkeypatch: pytest.MonkeyPatch) -> tuple[Controller, RecordingQueue, FakeClient]:
     client = FakeClient()
-    state = handlers.Runtime()
+    state = Controller(client, OperatorConfig())
     state.reconciler = Reconciler(client, OperatorConfig(), client.post_event, services=state.services)
     queue = RecordingQueue()
-    monkeypatch.setattr(handlers, "RUNTIME", state)
-    monkeypatch.setattr(handlers, "QUEUE", queue)
-    monkeypatch.setattr(handlers, "_unknown_owners", set())
+    monkeypatch.setattr(state, "queue", queue)
     return state, queue, client
 
 
@@ -446,44 +450,45 @@ def _service(name: str, version: int, uid: str = "s-1") -> dict[str, Any]:
     }
 
 
-def _service_event(type_: str | None, obj: dict[str, Any]) -> None:
+def _service_event(controller: Controller, type_: str | None, obj: dict[str, Any]) -> None:
     body = kopf.Body(cast(kopf.RawBody, copy.deepcopy(obj)))
     meta = obj["metadata"]
     handler = cast(Any, handlers.on_service_event)  # kopf's decorator types it as a generic watching callback
-    asyncio.run(handler(type=type_, body=body, namespace=meta["namespace"], name=meta["name"]))
+    memo = handlers.memo_for(controller)
+    asyncio.run(handler(type=type_, body=body, namespace=meta["namespace"], name=meta["name"], memo=memo))
 
 
 def test_owners_are_queued_when_cached_once_when_unknown_and_never_when_deleted(
-    runtime: tuple[handlers.Runtime, RecordingQueue, FakeClient],
+    runtime: tuple[Controller, RecordingQueue, FakeClient],
 ) -> None:
     state, queue, _ = runtime
     state.services.put(_service("live", 5))
     state.services.put(_service("dead", 5, uid="s-dead"))
     state.services.delete(_service("dead", 6, uid="s-dead"))
     for _ in range(3):  # a burst of child events (e.g. the garbage collector deleting nine children)
-        handlers.requeue({(NS, "live"), (NS, "dead"), (NS, "unknown")})
+        state.requeue({(NS, "live"), (NS, "dead"), (NS, "unknown")})
     assert queue.added.count((NS, "live")) == 3
     assert (NS, "dead") not in queue.added  # its children are being collected: re-creating them would loop
     assert queue.added.count((NS, "unknown")) == 1  # may exist: its pass GETs it once
 
 
 def test_a_service_event_queues_only_what_is_newer_than_the_cache(
-    runtime: tuple[handlers.Runtime, RecordingQueue, FakeClient],
+    runtime: tuple[Controller, RecordingQueue, FakeClient],
 ) -> None:
     state, queue, _ = runtime
-    _service_event(None, _service("a", 5))  # initial listing
+    _service_event(state, None, _service("a", 5))  # initial listing
     state.services.put(_service("a", 6))  # the response of the operator's own status patch
-    _service_event("MODIFIED", _service("a", 6))  # its echo
-    _service_event("MODIFIED", _service("a", 7))  # a user's edit
+    _service_event(state, "MODIFIED", _service("a", 6))  # its echo
+    _service_event(state, "MODIFIED", _service("a", 7))  # a user's edit
     assert queue.added == [(NS, "a"), (NS, "a")]
-    _service_event("DELETED", _service("a", 8))
+    _service_event(state, "DELETED", _service("a", 8))
     assert state.services.get(NS, "a") is None and state.services.tombstoned("s-1")
     state.services.put(_service("a", 9))  # a status-patch response arriving after the DELETED event
     assert state.services.get(NS, "a") is None
 
 
 def test_verify_services_evicts_ghosts_and_queues_what_the_cache_lacks(
-    runtime: tuple[handlers.Runtime, RecordingQueue, FakeClient],
+    runtime: tuple[Controller, RecordingQueue, FakeClient],
 ) -> None:
     state, queue, _ = runtime
     transport = FakeTransport()
@@ -493,7 +498,7 @@ def test_verify_services_evicts_ghosts_and_queues_what_the_cache_lacks(
     state.services.put(_service("listed", 20, uid="s-listed"))
     state.services.put(_service("ghost", 10, uid="s-ghost"))  # deleted while kopf's watch was down
     state.services.put(_service("fresh", 60, uid="s-fresh"))  # created after the list was taken
-    handlers.verify_services(transport)
+    state.verify_services(transport)
     assert state.services.keys() == [(NS, "fresh"), (NS, "listed")]
     assert state.services.tombstoned("s-ghost")
     assert queue.added == [(NS, "uncached")]
@@ -509,7 +514,7 @@ def _manifest(namespace: str = NS) -> dict[str, Any]:
     return obj
 
 
-def _reconciler(client: FakeClient, services: ServiceCache, **config: Any) -> Reconciler:
+def _reconciler(client: FakeClient, services: DisaggSpecServiceCache, **config: Any) -> Reconciler:
     ticks = itertools.count(1)
     return Reconciler(
         client, OperatorConfig(**config), client.post_event, services=services, clock=lambda: f"T{next(ticks)}"
@@ -519,7 +524,7 @@ def _reconciler(client: FakeClient, services: ServiceCache, **config: Any) -> Re
 def test_a_pass_for_a_tombstoned_owner_creates_nothing() -> None:
     client = FakeClient()
     created = client.create(_manifest())
-    services = ServiceCache()
+    services = DisaggSpecServiceCache()
     services.put(created)
     services.delete(created)
     _reconciler(client, services).reconcile(NS, created["metadata"]["name"], client.children)
@@ -534,7 +539,7 @@ class GoneOnStatus(FakeClient):
 def test_a_404_on_the_status_write_tombstones_the_service_without_an_error() -> None:
     client = GoneOnStatus()
     created = client.create(_manifest())
-    services = ServiceCache()
+    services = DisaggSpecServiceCache()
     services.put(created)
     name = created["metadata"]["name"]
     _reconciler(client, services).reconcile(NS, name, client.children)  # no exception
@@ -547,11 +552,11 @@ def test_a_service_in_a_denied_namespace_gets_no_children_and_says_why() -> None
     client = FakeClient()
     created = client.create(_manifest("kube-system"))
     name = created["metadata"]["name"]
-    reconciler = _reconciler(client, ServiceCache(), denied_namespaces=("kube-system",))
+    reconciler = _reconciler(client, DisaggSpecServiceCache(), denied_namespaces=("kube-system",))
     reconciler.reconcile("kube-system", name, client.children)
     reconciler.reconcile("kube-system", name, client.children)
     assert client.children("kube-system", name) == []
-    status_path = f"{apply.SERVICE_RESOURCE.item('kube-system', name)}/status"
+    status_path = f"{apply.DSS_RESOURCE.item('kube-system', name)}/status"
     assert client.writes == [("PATCH", status_path)]  # the status, once
     conditions = {cond["type"]: cond for cond in client.service("kube-system", name)["status"]["conditions"]}
     ready = conditions[c.CONDITION_READY]
@@ -565,17 +570,17 @@ def test_a_ghost_in_the_cache_gets_no_children_and_is_evicted() -> None:
     client = FakeClient()
     created = client.create(_manifest())
     name = created["metadata"]["name"]
-    services = ServiceCache()
+    services = DisaggSpecServiceCache()
     reconciler = _reconciler(client, services)
     reconciler.reconcile(NS, name, client.children)  # converged: children and status exist
     assert services.get(NS, name) is not None
     # Deleted while the operator was cut off: kopf's re-list never says so; the garbage collector took the children.
-    del client.objects[apply.SERVICE_RESOURCE.item(NS, name)]
+    del client.objects[apply.DSS_RESOURCE.item(NS, name)]
     for child in client.children(NS, name):
         client.delete(child)
     client.reset()
     reconciler.reconcile(NS, name, lambda namespace, name: [])  # the informer's re-list dropped the children
-    assert client.writes == [] and client.requests[-1] == ("GET", apply.SERVICE_RESOURCE.item(NS, name))
+    assert client.writes == [] and client.requests[-1] == ("GET", apply.DSS_RESOURCE.item(NS, name))
     assert services.get(NS, name) is None and services.tombstoned(created["metadata"]["uid"])
 
 
@@ -583,7 +588,7 @@ def test_a_cached_service_replaced_by_a_new_object_of_its_name_reconciles_the_ne
     client = FakeClient()
     old = client.create(_manifest())
     name = old["metadata"]["name"]
-    services = ServiceCache()
+    services = DisaggSpecServiceCache()
     services.put(old)
     new = client.create(_manifest())  # deleted and created again while the watch was cut off
     _reconciler(client, services).reconcile(NS, name, client.children)

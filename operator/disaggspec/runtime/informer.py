@@ -1,7 +1,9 @@
 """The operator's own informers for the kinds it owns: paged LIST, then WATCH from the list's resourceVersion.
 
-One `Informer` per owned kind (`apply.OWNED_KINDS`) and watched namespace (or one cluster-wide) keeps the
-`ChildCache` equal to what the API server holds, and tells the caller which owning services to re-queue:
+They only read the API (LIST, WATCH); the `Controller` owns them, with the `ChildCache` they fill, the `Health` they
+report to and the `ApiAvailability` they record. One `Informer` per owned kind (`apply.OWNED_KINDS`) and watched
+namespace (or one cluster-wide) keeps the `ChildCache` equal to what the API server holds, and tells the caller which
+owning services to re-queue:
 
 - LIST, in pages of `PAGE` with a server-side label selector (only the operator's children ever reach it), is
   authoritative: `ChildCache.replace` drops what the cache holds of that kind and scope but the list lacks (what
@@ -12,7 +14,7 @@ One `Informer` per owned kind (`apply.OWNED_KINDS`) and watched namespace (or on
   leaves the cache, its owner is re-queued, and the pass re-applies it with its label.
 - 410 Gone (as the watch's HTTP status or as an ERROR event), or an expired continue token while listing: list
   again. Any other failure: retry with capped exponential backoff, resuming the watch from the last resourceVersion
-  seen. Each informer reports to `health.HEALTH` as `watch/<plural>[/<namespace>]`; restarts are counted in
+  seen. Each informer reports to its `Health` as `watch/<plural>[/<namespace>]`; restarts are counted in
   `metrics.WATCH_RESTARTS`.
 - `verify` (called on the resync period) compares a metadata-only LIST with the cache by uid and resourceVersion;
   a difference that persists past a short settle time makes the informer list again.
@@ -34,9 +36,9 @@ from urllib.parse import urlencode
 
 from disaggspec import apply, metrics
 from disaggspec import constants as c
-from disaggspec.apis import AVAILABILITY, ApiAvailability
-from disaggspec.childcache import ChildCache, OwnerKey
-from disaggspec.health import HEALTH, Health
+from disaggspec.runtime.availability import ApiAvailability
+from disaggspec.runtime.caches import ChildCache, OwnerKey
+from disaggspec.runtime.health import Health
 
 log = logging.getLogger("disaggspec.informer")
 
@@ -144,21 +146,13 @@ def list_metadata(
     transport: Transport, path: str, selector: str | None = None, page: int = 500
 ) -> tuple[list[dict[str, Any]], str]:
     """Every object's metadata at `path` (paged, metadata-only LISTs) and the list's resourceVersion."""
-    query = {"limit": str(page)}
-    if selector:
-        query["labelSelector"] = selector
+    query = {"labelSelector": selector} if selector else {}
     items: list[dict[str, Any]] = []
     version = ""
-    while True:
-        response = transport.list(path, query, accept=apply.METADATA_ONLY)
-        # An empty page (also the last one, when the count is a multiple of the page size) says `items: null`.
+    for response in apply.list_pages(lambda q: transport.list(path, q, accept=apply.METADATA_ONLY), query, page):
         items += [item.get("metadata") or {} for item in response.get("items") or ()]
-        meta = response.get("metadata") or {}
-        version = version or str(meta.get("resourceVersion", ""))
-        token = meta.get("continue")
-        if not token:
-            return items, version
-        query["continue"] = str(token)
+        version = version or str((response.get("metadata") or {}).get("resourceVersion", ""))
+    return items, version
 
 
 def _status_code(obj: dict[str, Any]) -> int:
@@ -179,8 +173,9 @@ class Informer:
         cache: ChildCache,
         on_change: Callable[[set[OwnerKey]], None],
         *,
+        health: Health,
+        availability: ApiAvailability,
         on_recovered: Callable[[], None] = lambda: None,
-        health: Health = HEALTH,
         selector: str = SELECTOR,
         page: int = PAGE,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
@@ -189,7 +184,6 @@ class Informer:
         settle: float = VERIFY_SETTLE_SECONDS,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], object] | None = None,
-        availability: ApiAvailability = AVAILABILITY,
         absent_recheck: float = ABSENT_RECHECK_SECONDS,
     ) -> None:
         self.kind = kind
@@ -296,21 +290,16 @@ class Informer:
 
     def _pages(self, versions: list[str]) -> Iterator[dict[str, Any]]:
         """Every object of the kind, page by page (each given `apiVersion` and `kind`, which list items lack)."""
-        query = {"labelSelector": self.selector, "limit": str(self.page)}
         path = self.kind.collection(self.namespace)
-        while True:
-            response = self.transport.list(path, query)
-            meta = response.get("metadata") or {}
+        for response in apply.list_pages(
+            lambda q: self.transport.list(path, q), {"labelSelector": self.selector}, self.page
+        ):
             if not versions:
-                versions.append(str(meta.get("resourceVersion", "")))
+                versions.append(str((response.get("metadata") or {}).get("resourceVersion", "")))
             for item in response.get("items") or ():
                 item.setdefault("apiVersion", self.kind.api_version)
                 item.setdefault("kind", self.kind.kind)
                 yield item
-            token = meta.get("continue")
-            if not token:
-                return
-            query["continue"] = str(token)
 
     def _absent(self) -> None:
         """The API of an optional kind is not served: nothing of it exists (the cache holds none), the informer is
@@ -459,12 +448,24 @@ def informers(
     cache: ChildCache,
     namespaces: Iterable[str],
     on_change: Callable[[set[OwnerKey]], None],
+    *,
+    health: Health,
+    availability: ApiAvailability,
     on_recovered: Callable[[], None] = lambda: None,
 ) -> list[Informer]:
     """One informer per owned kind and namespace (one cluster-wide per kind when `namespaces` is empty)."""
     scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
     return [
-        Informer(kind, namespace, transport, cache, on_change, on_recovered=on_recovered)
+        Informer(
+            kind,
+            namespace,
+            transport,
+            cache,
+            on_change,
+            health=health,
+            availability=availability,
+            on_recovered=on_recovered,
+        )
         for kind in apply.OWNED_KINDS
         for namespace in scopes
     ]

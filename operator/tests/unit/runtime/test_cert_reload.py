@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from disaggspec.cert_reload import CertificateWatcher, fingerprint
+from disaggspec.runtime.cert_reload import CertificateWatcher, content_digest
 
 
 def _files(tmp_path: Path) -> list[Path]:
@@ -15,18 +15,18 @@ def _files(tmp_path: Path) -> list[Path]:
     return paths
 
 
-def test_fingerprint_changes_with_content_and_with_a_file_appearing(tmp_path: Path) -> None:
+def test_content_digest_changes_with_content_and_with_a_file_appearing(tmp_path: Path) -> None:
     paths = _files(tmp_path)
-    before = fingerprint(paths)
-    assert fingerprint(paths) == before
+    before = content_digest(paths)
+    assert content_digest(paths) == before
     paths[1].write_text("new key")
-    assert fingerprint(paths) != before
+    assert content_digest(paths) != before
     missing = [tmp_path / "ca.crt", tmp_path / "absent"]
-    without = fingerprint(missing)
+    without = content_digest(missing)
     (tmp_path / "absent").write_text("")
-    assert fingerprint(missing) == without  # an empty file reads like a missing one; content is what matters
+    assert content_digest(missing) == without  # an empty file reads like a missing one; content is what matters
     (tmp_path / "absent").write_text("x")
-    assert fingerprint(missing) != without
+    assert content_digest(missing) != without
 
 
 def test_a_renewed_certificate_calls_on_change_once(tmp_path: Path) -> None:

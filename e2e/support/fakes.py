@@ -1,11 +1,38 @@
-"""A router Service, its pods and a fake API server serving them, for the tests of Service traffic (a
-`servicetraffic.ServiceTarget` reads it like the real API server)."""
+"""Fakes shared by the e2e suites that run without a cluster, in one place.
+
+`serve_http` serves a test's request handler from a thread on a free loopback port for a block (the probes, the
+continuous traffic and the cluster-DNS stand-in of the emulator each answer with their own handler). `SERVICE`, `pod`
+and `FakeApi` are a router Service, its pods and the API server that serves them, for the tests of Service traffic
+(a `servicetraffic.ServiceTarget` reads `FakeApi` like the real API server).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from e2e.serving.kubeapi import ApiError
+
+
+@contextmanager
+def serve_http(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
+    """`handler` served on `host` at a free port by a background thread for the block; yields the port. Requests still
+    running when the block ends are not waited for."""
+    server = ThreadingHTTPServer((host, 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- a router Service behind a fake API server ---------------------------------------------------------------------
+
 
 SELECTOR = {"disaggspec.io/service": "llama", "disaggspec.io/role": "router"}
 SERVICE: dict[str, Any] = {
@@ -35,7 +62,8 @@ def pod(
 
 
 class FakeApi:
-    """The API server of a `ServiceTarget`: one Service and the pods a test sets; `fail` makes every call fail."""
+    """The API server of a `ServiceTarget`: one Service and the pods a test sets; `fail` makes reading the Service
+    fail as an unreachable server does (`ApiError`), and `queries` records the query of every pod listing."""
 
     def __init__(self, service: dict[str, Any] | None, pods: list[dict[str, Any]]) -> None:
         self.service, self.pods = service, pods

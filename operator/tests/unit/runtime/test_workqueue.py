@@ -8,7 +8,7 @@ import time
 from collections.abc import Hashable
 
 from disaggspec import metrics
-from disaggspec.workqueue import WorkQueue
+from disaggspec.runtime.workqueue import WorkQueue
 
 
 def _wait(predicate: object, timeout: float = 5.0) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from disaggspec import health, metrics
-from disaggspec.health import Health
+from disaggspec import metrics
+from disaggspec.runtime.health import Health
 
 
 class Clock:
@@ -107,9 +107,8 @@ def test_grace_seconds_is_adjustable(registry: Health, clock: Clock) -> None:
 
 
 @pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch, registry: Health) -> Iterator[str]:
-    monkeypatch.setattr(health, "HEALTH", registry)
-    server = metrics.serve("127.0.0.1", 0)
+def served(registry: Health) -> Iterator[str]:
+    server = metrics.serve("127.0.0.1", 0, registry)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

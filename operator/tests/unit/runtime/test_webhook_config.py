@@ -11,15 +11,16 @@ import kopf
 import pytest
 from kopf._core.engines.admission import _inject_handler_id
 
-from disaggspec import apply, health, webhookconfig
-from disaggspec.health import Health
+from disaggspec import apply
+from disaggspec.runtime import webhook_config
+from disaggspec.runtime.health import Health
 
 URL_CONFIG = {"url": "https://rel-disaggspec-operator-webhook.ops.svc:9443", "caBundle": "Q0E="}
 SERVICE_CONFIG = {"service": {"namespace": "ops", "name": "hook", "port": 443}, "caBundle": "Q0E="}
 
 
 def test_the_entry_validates_creates_and_updates_of_services_within_a_short_timeout() -> None:
-    entry = webhookconfig.webhook_entry(URL_CONFIG)
+    entry = webhook_config.webhook_entry(URL_CONFIG)
     assert entry == {
         "name": "validate.disaggspec.io",
         "rules": [
@@ -38,14 +39,14 @@ def test_the_entry_validates_creates_and_updates_of_services_within_a_short_time
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": 5,
     }
-    assert webhookconfig.webhook_entry(URL_CONFIG, 30)["timeoutSeconds"] == 30
+    assert webhook_config.webhook_entry(URL_CONFIG, 30)["timeoutSeconds"] == 30
     assert URL_CONFIG["url"].endswith(":9443")  # the input is not modified
 
 
 @pytest.mark.parametrize("timeout", [0, 31, -1])
 def test_a_timeout_outside_1_to_30_seconds_is_refused(timeout: int) -> None:
     with pytest.raises(ValueError, match="within 1-30"):
-        webhookconfig.webhook_entry(URL_CONFIG, timeout)
+        webhook_config.webhook_entry(URL_CONFIG, timeout)
 
 
 @pytest.mark.parametrize(
@@ -60,17 +61,17 @@ def test_a_timeout_outside_1_to_30_seconds_is_refused(timeout: int) -> None:
 )
 def test_the_handler_id_goes_where_kopf_routes_it(config: dict[str, Any]) -> None:
     """kopf's server dispatches `<root>/<id>` to the handler `id`: the path must be built the way kopf builds it."""
-    assert webhookconfig.with_handler_id(config) == _inject_handler_id(config, "validate")  # type: ignore[arg-type]
+    assert webhook_config.with_handler_id(config) == _inject_handler_id(config, "validate")  # type: ignore[arg-type]
 
 
 def test_the_configuration_is_server_side_applied_by_the_operator() -> None:
     client = RecordingClient()
-    manifest = webhookconfig.configuration(SERVICE_CONFIG, 7)
+    manifest = webhook_config.configuration(SERVICE_CONFIG, 7)
     assert manifest["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert manifest["kind"] == "ValidatingWebhookConfiguration"
     assert manifest["metadata"] == {"name": "disaggspec.io"}
     assert [w["clientConfig"]["service"]["path"] for w in manifest["webhooks"]] == ["/validate"]
-    webhookconfig.apply_configuration(client, manifest)
+    webhook_config.apply_configuration(client, manifest)
     assert client.calls == [
         (
             "PATCH",
@@ -106,10 +107,8 @@ class RecordingClient(apply.Client):
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> Health:
-    fresh = Health()
-    monkeypatch.setattr(health, "HEALTH", fresh)
-    return fresh
+def registry() -> Health:
+    return Health()
 
 
 def _post(url: str, review: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +120,7 @@ def _post(url: str, review: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
-async def _serve_once(server: webhookconfig.ConfiguringWebhookServer) -> tuple[dict[str, Any], list[Any], Any]:
+async def _serve_once(server: webhook_config.ConfiguringWebhookServer) -> tuple[dict[str, Any], list[Any], Any]:
     """Start `server`, take its first client config, send one admission request to the registered URL."""
     seen: list[Any] = []
 
@@ -142,8 +141,8 @@ async def _serve_once(server: webhookconfig.ConfiguringWebhookServer) -> tuple[d
 def test_the_server_registers_each_client_config_before_yielding_it(registry: Health) -> None:
     registry_ready_before = registry.ready()
     client = RecordingClient()
-    server = webhookconfig.ConfiguringWebhookServer(
-        client=client, timeout_seconds=3, addr="127.0.0.1", host="127.0.0.1", insecure=True
+    server = webhook_config.ConfiguringWebhookServer(
+        client=client, health=registry, timeout_seconds=3, addr="127.0.0.1", host="127.0.0.1", insecure=True
     )
     assert isinstance(server, kopf.WebhookServer)
     assert registry.ready() == (False, ["webhook: not ready"])
@@ -163,7 +162,7 @@ def test_the_server_registers_each_client_config_before_yielding_it(registry: He
 def test_a_failed_registration_is_retried_and_counts_against_liveness(
     registry: Health, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(webhookconfig, "RETRY_SECONDS", (0.01,))
+    monkeypatch.setattr(webhook_config, "RETRY_SECONDS", (0.01,))
     states: list[tuple[bool, list[str]]] = []
     original = registry.report
 
@@ -173,7 +172,9 @@ def test_a_failed_registration_is_retried_and_counts_against_liveness(
 
     monkeypatch.setattr(registry, "report", record)
     client = RecordingClient(failures=2)
-    server = webhookconfig.ConfiguringWebhookServer(client=client, addr="127.0.0.1", host="127.0.0.1", insecure=True)
+    server = webhook_config.ConfiguringWebhookServer(
+        client=client, health=registry, addr="127.0.0.1", host="127.0.0.1", insecure=True
+    )
     asyncio.run(_serve_once(server))
     assert len(client.calls) == 3
     assert [lines[0].split(":")[1].strip() for _, lines in states] == ["failing for 0s (grace 60s)"] * 2 + [
@@ -184,4 +185,4 @@ def test_a_failed_registration_is_retried_and_counts_against_liveness(
 
 def test_a_bad_timeout_is_refused_when_the_server_is_built() -> None:
     with pytest.raises(ValueError, match="within 1-30"):
-        webhookconfig.ConfiguringWebhookServer(client=RecordingClient(), timeout_seconds=60)
+        webhook_config.ConfiguringWebhookServer(client=RecordingClient(), health=Health(), timeout_seconds=60)

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from disaggspec import apply, leader, metrics
-from disaggspec.leader import Action, LeaderElector, Observation, decide, observe
+from disaggspec import apply, metrics
+from disaggspec.runtime import leader
+from disaggspec.runtime.leader import Action, LeaderElector, Observation, decide, observe
 
 NS, NAME = "ops", "disaggspec-operator"
 PATH = leader.LEASE.item(NS, NAME)

@@ -1,10 +1,12 @@
 """Liveness of the operator's own machinery: each component (a watch, the webhook server) reports whether it works.
 
-`/healthz` answers from `HEALTH.status()`: unhealthy once any component has been failing for longer than the grace
-period (a watch that cannot reach the API server, or keeps erroring, for that long means the caches are no longer
-trustworthy, and a restart is the honest answer). A component that recovers within the grace period never makes the
-probe fail. `/readyz` answers from `HEALTH.ready()`: true once every component that gates readiness has reported
-healthy at least once (the webhook server serving, the caches listed). Pure bookkeeping: the clock is injectable.
+The `Controller` owns one `Health` and hands it to the informers and the webhook server; `metrics.serve` answers the
+probes from it. `/healthz` answers from `status()`: unhealthy once any component has been failing for longer than
+the grace period (a watch that cannot reach the API server, or keeps erroring, for that long means the caches are no
+longer trustworthy, and a restart is the honest answer). A component that recovers within the grace period never
+makes the probe fail. `/readyz` answers from `ready()`: true once every component that gates readiness has reported
+healthy at least once (the webhook server serving, the caches listed). Pure bookkeeping, no API access: the clock is
+injectable.
 """
 
 from __future__ import annotations
@@ -84,7 +86,3 @@ class Health:
                 name for name, state in sorted(self._states.items()) if state.gates_readiness and not state.ever_healthy
             ]
         return not waiting, [f"{name}: not ready" for name in waiting]
-
-
-HEALTH = Health()
-"""The process-wide registry the watches, the webhook and the probes share."""

@@ -1,9 +1,10 @@
-"""Restart the operator when its mounted webhook certificate changes (cert-manager renewals).
+"""Restart the operator when its mounted webhook certificate changes (cert-manager renewals); no API access.
 
-kopf loads the serving certificate and CA bundle once, when its webhook server starts, so a renewed certificate in the
-mounted Secret would go unused until the old one expired and admission failed open. A daemon thread compares the
-files' contents every `interval` seconds and, on a change, calls `on_change` (SIGTERM to this process: kopf stops
-cleanly and the Deployment starts a fresh container with the new files).
+The entry point starts one `CertificateWatcher` when certificate files are mounted. kopf loads the serving
+certificate and CA bundle once, when its webhook server starts, so a renewed certificate in the mounted Secret would
+go unused until the old one expired and admission failed open. A daemon thread compares a digest of the files'
+contents every `interval` seconds and, on a change, calls `on_change` (SIGTERM to this process: kopf stops cleanly
+and the Deployment starts a fresh container with the new files).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def fingerprint(paths: Sequence[Path]) -> str:
-    """One digest of every file's content (a missing file counts as empty, so its appearance is a change too)."""
+def content_digest(paths: Sequence[Path]) -> str:
+    """One SHA-256 digest of every file's content (a missing file counts as empty, so its appearance is a change
+    too)."""
     digest = hashlib.sha256()
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
@@ -43,7 +45,7 @@ class CertificateWatcher:
         self.paths = tuple(paths)
         self.interval = interval
         self.on_change = on_change
-        self._initial = fingerprint(self.paths)
+        self._initial = content_digest(self.paths)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cert-watcher", daemon=True)
 
@@ -56,7 +58,7 @@ class CertificateWatcher:
         self._thread.join(timeout=self.interval + 1)
 
     def changed(self) -> bool:
-        return fingerprint(self.paths) != self._initial
+        return content_digest(self.paths) != self._initial
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -1,4 +1,4 @@
-"""childcache: a packed child unpacks to the same object minus managedFields, smaller than the dict it came from;
+"""runtime.caches: a packed child unpacks to the same object minus managedFields, smaller than the dict it came from;
 the cache keeps the newest state per uid under its owner, a LIST replaces a kind authoritatively, and a deleted
 service's tombstone keeps it from coming back."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from disaggspec.childcache import ChildCache, ServiceCache, pack, unpack
 from disaggspec.constants import API_VERSION, KIND
 from disaggspec.drift import needs_apply, with_applied_hash
+from disaggspec.runtime.caches import ChildCache, DisaggSpecServiceCache, pack, unpack
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama-3.1-8b-eagle3" / "expected.yaml"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "llama-3.1-8b-eagle3" / "expected.yaml"
 
 
 def _live_deployment() -> dict[str, Any]:
@@ -156,7 +156,7 @@ def _service(name: str, version: str, ready: str, uid: str = "s-1") -> dict[str,
 
 
 def test_service_cache_never_goes_back_to_an_older_state() -> None:
-    cache = ServiceCache()
+    cache = DisaggSpecServiceCache()
     assert cache.put(_service("a", "10", "False"))
     assert cache.put(_service("a", "12", "True"))  # the operator's own status patch
     assert not cache.put(_service("a", "11", "False"))  # a watch event from before that write, delivered late
@@ -169,7 +169,7 @@ def test_service_cache_never_goes_back_to_an_older_state() -> None:
 
 
 def test_service_cache_takes_a_non_integer_version_and_forgets_removed_services() -> None:
-    cache = ServiceCache()
+    cache = DisaggSpecServiceCache()
     cache.put(_service("a", "10", "False"))
     assert cache.put(_service("a", "opaque", "True"))
     held = cache.get("ns", "a")
@@ -181,7 +181,7 @@ def test_service_cache_takes_a_non_integer_version_and_forgets_removed_services(
 
 
 def test_a_deleted_service_is_tombstoned_and_never_revived() -> None:
-    cache = ServiceCache()
+    cache = DisaggSpecServiceCache()
     cache.put(_service("a", "10", "False"))
     cache.delete(_service("a", "11", "False"))
     assert cache.get("ns", "a") is None and ("ns", "a") not in cache
@@ -195,7 +195,7 @@ def test_a_deleted_service_is_tombstoned_and_never_revived() -> None:
 
 
 def test_a_newer_object_of_the_same_name_replaces_the_cached_one_whatever_its_version() -> None:
-    cache = ServiceCache()
+    cache = DisaggSpecServiceCache()
     cache.put(_service("a", "10", "False"))
     assert cache.put(_service("a", "9", "True", uid="s-2"))  # versions only compare within one object
     held = cache.get("ns", "a")
@@ -203,7 +203,7 @@ def test_a_newer_object_of_the_same_name_replaces_the_cached_one_whatever_its_ve
 
 
 def test_evict_tombstones_the_cached_uid() -> None:
-    cache = ServiceCache()
+    cache = DisaggSpecServiceCache()
     cache.put(_service("a", "10", "False"))
     assert cache.version("ns", "a") == 10
     cache.evict("ns", "a")
@@ -212,7 +212,7 @@ def test_evict_tombstones_the_cached_uid() -> None:
 
 def test_tombstones_expire_and_are_bounded() -> None:
     now = [0.0]
-    cache = ServiceCache(clock=lambda: now[0], tombstone_seconds=60.0, tombstone_limit=2)
+    cache = DisaggSpecServiceCache(clock=lambda: now[0], tombstone_seconds=60.0, tombstone_limit=2)
     for index in range(3):
         cache.delete(_service(f"s{index}", "1", "False", uid=f"u{index}"))
     assert cache.tombstones() == 2 and not cache.tombstoned("u0")  # the oldest went first
