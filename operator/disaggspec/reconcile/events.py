@@ -47,9 +47,6 @@ class _Before:
     def __init__(self, previous: DisaggSpecServiceStatus | None) -> None:
         self._by_type = {cond.type: cond for cond in previous.conditions} if previous is not None else {}
 
-    def get(self, type_: str) -> Condition | None:
-        return self._by_type.get(type_)
-
     def status(self, type_: str) -> str | None:
         cond = self._by_type.get(type_)
         return cond.status if cond is not None else None

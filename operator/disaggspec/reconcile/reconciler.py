@@ -45,12 +45,11 @@ from disaggspec.rejection import ACCEPTED, Rejection, check
 from disaggspec.render import caches
 from disaggspec.runtime.availability import ApiAvailability
 from disaggspec.runtime.caches import DisaggSpecServiceCache
+from disaggspec.runtime.controller import ChildrenFn
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
 
 log = logging.getLogger("disaggspec.reconcile")
 
-ChildrenFn = Callable[[str, str], list[dict[str, Any]]]
-"""(namespace, service name) -> the live children, read when the pass holds the service's lock."""
 RuntimeHealthFn = Callable[[str, str], Verdict]
 """(namespace, service name) -> the latest runtime-health verdict; never does I/O."""
 EventFn = Callable[[dict[str, Any], str, str, str], None]

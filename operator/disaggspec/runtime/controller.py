@@ -45,7 +45,7 @@ POOL_POD_PAGE = 500
 """Pods per page of the pool-pod LIST."""
 
 ChildrenFn = Callable[[str, str], list[dict[str, Any]]]
-"""(namespace, service name) -> the live children of that service."""
+"""(namespace, service name) -> the live children of that service, read when the pass holds the service's lock."""
 
 
 class Reconcile(Protocol):
@@ -85,6 +85,8 @@ class Controller:
         workers: int = WORKERS,
     ) -> None:
         self.client = client
+        self.transport = informer.ClientTransport(client)
+        """The informers' and the resync's reads, through `client`."""
         self.config = config
         self.namespaces = tuple(namespaces)
         """Watched namespaces; empty: all."""
@@ -132,9 +134,8 @@ class Controller:
 
     def start_informers(self) -> list[informer.Informer]:
         """Start one informer per owned kind and watched namespace (their own threads), and the cache gauges."""
-        transport = informer.ClientTransport(self.client)
         self.informers = informer.informers(
-            transport,
+            self.transport,
             self.children,
             self.namespaces,
             self.requeue,
@@ -240,7 +241,7 @@ class Controller:
             except Exception as error:  # the watch keeps the cache meanwhile; the next period checks again
                 log.warning("%s: could not verify the cache: %s", each.component, error)
         try:
-            self.verify_services(informer.ClientTransport(self.client))
+            self.verify_services(self.transport)
         except Exception as error:
             log.warning("could not verify the service cache: %s", error)
         return self.services.keys()

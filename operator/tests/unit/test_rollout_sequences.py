@@ -465,15 +465,6 @@ def _strangers(
     return found
 
 
-def desired(service: DisaggSpecService) -> dict[str, int]:
-    spec = service.spec
-    return {
-        c.ROLE_PREFILL: spec.prefill.replicas,
-        c.ROLE_DECODE: spec.decode.replicas,
-        c.ROLE_ROUTER: spec.router.replicas,
-    }
-
-
 def finished(cluster: Cluster, fp: str, replicas: Mapping[str, int]) -> bool:
     """Only the revision `fp` is left, at `replicas`, every pod ready and reported so."""
     if {obj["metadata"]["labels"][c.LABEL_FINGERPRINT] for obj in cluster.deployments.values()} != {fp}:
@@ -516,7 +507,7 @@ class Simulation:
     def use(self, key: str) -> None:
         """The service's spec is now the `key` one ("old", "new" or "third")."""
         self.service, self.fp = self.specs[key], self.fingerprints[key]
-        self.replicas = desired(self.service)
+        self.replicas = rollout.desired_replicas(self.service)
 
     def finished(self) -> bool:
         return finished(self.cluster, self.fp, self.replicas)
