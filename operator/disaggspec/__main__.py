@@ -6,8 +6,10 @@ memo (the kopf handlers, `disaggspec.handlers`, delegate to it). Settings shared
 `DISAGGSPEC_*` environment variables (see `disaggspec.config`).
 
 With `--leader-elect` (the chart's default) several replicas may run: each watches and serves the webhook, only the
-holder of the Lease `<namespace>/<id>` reconciles. A leader that cannot renew exits with status 1 (the pod restarts
-and campaigns again); a graceful stop releases the Lease so a standby takes over at once.
+holder of the Lease `<namespace>/<id>` reconciles, through a client whose writes are fenced by that Lease. A leader
+that cannot renew stops writing at once and campaigns again in the same process (no restart, no CrashLoopBackOff
+after repeated API-server outages: see `runtime.leader`); a graceful stop releases the Lease so a standby takes over
+at once.
 """
 
 from __future__ import annotations
@@ -119,13 +121,6 @@ def identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
 
 
-def _exit_on_lost_lease() -> None:
-    """controller-runtime's answer to a lost Lease: stop at once (no more writes) and let the pod restart."""
-    logging.getLogger(__name__).critical("leader election lost: exiting so the pod restarts and campaigns again")
-    logging.shutdown()
-    os._exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -145,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
             lease_duration=args.lease_duration_seconds,
             renew_deadline=args.renew_deadline_seconds,
             retry_period=args.retry_period_seconds,
-            on_lost=_exit_on_lost_lease,
         )
     else:
         metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
@@ -157,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         health=health.Health(grace_seconds=args.health_grace_seconds),
     )
     controller.reconciler = Reconciler(
-        client,
+        client if elector is None else client.fenced(elector.is_leader),
         settings,
         client.post_event,
         services=controller.services,

@@ -223,11 +223,23 @@ def refusal(manifest: dict[str, Any], error: ApiError) -> Refusal:
     )
 
 
+class NotLeading(RuntimeError):
+    """A fenced client refused a write: this replica does not lead (any more). Not an `ApiError`: nothing was sent,
+    and no pass may report it as the API server's answer."""
+
+
 class Client:
     """A thin JSON client over the `kubernetes` ApiClient for the operator's few kinds."""
 
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, may_write: Callable[[], bool] | None = None) -> None:
         self.api = api
+        self.may_write = may_write
+        """The write fence (None: unfenced): checked before every write, a dry-run excepted."""
+
+    def fenced(self, may_write: Callable[[], bool]) -> Client:
+        """A client on the same connection pool whose writes are refused (`NotLeading`) unless `may_write()` at that
+        moment: the reconciler's, fenced by the leader elector's `is_leader`."""
+        return Client(self.api, may_write)
 
     def request(
         self,
@@ -238,6 +250,9 @@ class Client:
         content_type: str = "",
         accept: str = "application/json",
     ) -> dict[str, Any]:
+        writes = method != "GET" and not (query or {}).get("dryRun")  # a dry-run persists nothing: not a write
+        if writes and self.may_write is not None and not self.may_write():
+            raise NotLeading(f"{method} {path}: refused, this replica does not lead")
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -250,7 +265,7 @@ class Client:
         if response.status >= 400:
             raise _error(response.status, response.headers, method, path, raw)
         payload: dict[str, Any] = json.loads(raw) if raw else {}
-        if method != "GET" and not (query or {}).get("dryRun"):  # a dry-run persists nothing: not a write
+        if writes:
             metrics.API_WRITES.labels(method).inc()
         return payload
 

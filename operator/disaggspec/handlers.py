@@ -1,9 +1,11 @@
-"""Thin kopf glue: kopf's settings, the DisaggSpecService events handed to the `Controller`, and the admission webhook.
+"""Thin kopf glue: kopf's settings, the start of the `Controller`, and the admission webhook.
 
 No state and no API writes here: the entry point runs kopf with `memo=handlers.memo_for(controller)`, and each handler
 delegates to that `runtime.controller.Controller` (which owns the caches, informers, work queue, leader election and
-health). Raw event handlers are used, not kopf's change handlers, so kopf keeps no progress annotations on the objects
-and a no-op pass writes nothing. The validating webhook refuses a spec through the same `rejection.check` as
+health). kopf watches nothing: the DisaggSpecService watch is the controller's own informer, like the children's, so
+it recovers from an outage as promptly as they do and /healthz covers it (kopf's watch sat out a Fibonacci backoff of
+its own after an API-server outage, invisible to /healthz), and kopf keeps no progress annotations on the objects. The
+validating webhook refuses a spec through the same `rejection.check` as
 reconcile (with the update-only rules on updates), then, when the rules pass, refuses one whose children the API
 server would refuse (`admission_children`: a dry-run of each child, with the message reconcile would write to
 Degraded; fail-safe, it admits when the dry-run cannot answer).
@@ -24,12 +26,6 @@ from disaggspec.runtime.controller import Controller
 
 log = logging.getLogger("disaggspec.handlers")
 
-LIST_CHUNK_SIZE = 100
-"""Objects per page of kopf's initial LIST of the services."""
-
-OBJECT_WORKER_IDLE_SECONDS = 0.5
-"""How long kopf keeps an object's worker after its last event."""
-
 
 def memo_for(controller: Controller) -> kopf.Memo:
     """kopf's memo for `kopf.run(memo=...)`: every handler finds the controller in it."""
@@ -48,27 +44,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.reporting_component = c.MANAGED_BY
     # Our own Events say what matters; kopf's per-handler INFO events would be noise.
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    # The initial listing comes in pages: a restart with thousands of services never holds them all as dicts at once.
-    settings.watching.chunk_size = LIST_CHUNK_SIZE
-    # kopf keeps a worker task per object alive this long after its last event (default 5 s). At start-up that is
-    # every object at once: with 500 services, restart RSS peaked at 190 MiB with 5 s and at 128 MiB with 0.5 s. A
-    # later event simply starts a new worker.
-    settings.queueing.idle_timeout = OBJECT_WORKER_IDLE_SECONDS
     controller = _controller(memo)
     controller.start()
     if controller.webhook_server is not None:
         # Built, served and registered (with its own timeoutSeconds) by the controller: kopf does not manage it.
         settings.admission.server = controller.webhook_server
-
-
-@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def on_service_event(
-    *, type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
-) -> None:
-    if namespace is None:
-        return
-    _controller(memo).service_event(type, dict(body), namespace, name)
 
 
 CHILD_REFUSED_RULE = "child-refused"

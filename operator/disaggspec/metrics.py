@@ -96,6 +96,11 @@ IS_LEADER = Gauge(
     "1 while this replica holds the leader Lease and reconciles, 0 otherwise.",
     registry=REGISTRY,
 )
+LEADER_LOSSES = Counter(
+    "disaggspec_leader_losses_total",
+    "Times this replica stopped leading (renew deadline passed, or another holder found); it campaigns again.",
+    registry=REGISTRY,
+)
 
 # ---- runtime health (issue 20): the judgements behind SpecDecodeHealthy / TransferHealthy, per service ------------
 SPEC_DECODE_HEALTHY = Gauge(

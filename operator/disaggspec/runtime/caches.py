@@ -113,6 +113,10 @@ class ChildCache:
         with self._lock:
             return self._remove(uid)
 
+    def discard(self, obj: dict[str, Any]) -> set[OwnerKey]:
+        """`remove` by the object's uid (the informer's DELETED event)."""
+        return self.remove(str(obj["metadata"]["uid"]))
+
     def replace(self, kind_name: str, namespace_scope: str | None, objects: Iterable[dict[str, Any]]) -> set[OwnerKey]:
         """Make the cached children of one kind (in one namespace, or in all when None) exactly `objects`.
 
@@ -320,6 +324,15 @@ class DisaggSpecServiceCache:
         """The cached resourceVersion (None: not cached, or not an integer)."""
         with self._lock:
             return self._versions.get((namespace, name))
+
+    def versions(self, namespace_scope: str | None) -> dict[str, str]:
+        """uid -> resourceVersion of the cached services in one namespace (None: all), as `ChildCache.versions`."""
+        with self._lock:
+            return {
+                self._uids[key]: "" if version is None else str(version)
+                for key, version in self._versions.items()
+                if namespace_scope is None or key[0] == namespace_scope
+            }
 
     def tombstones(self) -> int:
         with self._lock:

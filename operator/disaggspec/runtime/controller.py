@@ -2,14 +2,16 @@
 LISTs and WATCHes, the pool pods, the services' metadata), writes nothing itself: the passes it runs write (through
 `apply`), as do its leader elector (the Lease) and its webhook server (the webhook configuration).
 
-Reconcile is level-based: every event of a DisaggSpecService (including kopf's initial listing when the operator
+Reconcile is level-based: every event of a DisaggSpecService (including its informer's first LIST when the operator
 starts, which is the resume case) and every change of a child it owns marks the service dirty in the de-duplicating
-`WorkQueue`; its workers run the pass (`Reconcile.reconcile`), which compares desired with actual state. Children come
-from the informers, which keep the `ChildCache` equal to the API server's state (an authoritative LIST after every
-gap, a server-side label selector) and name the owners to re-queue. The workers start once every informer has listed
-(the cache is synced) and, with leader election, once this replica leads. A service event that is not newer than the
-cached state (the echo of the operator's own status write) queues nothing. The periodic resync first checks the
-caches against metadata-only LISTs, then re-queues every service. A failed pass is retried with backoff.
+`WorkQueue`; its workers run the pass (`Reconcile.reconcile`), which compares desired with actual state. Services and
+children come from the operator's own informers (kopf serves only the webhook), which keep the service cache and the
+`ChildCache` equal to the API server's state (an authoritative LIST after every gap, a server-side label selector for
+children), name the services to (re-)queue and report to /healthz. The workers start once every informer has listed
+(the caches are synced) and, with leader election, once this replica leads; they pause while it does not lead. A
+service event that is not newer than the cached state (the echo of the operator's own status write) queues nothing.
+The periodic resync first checks the caches against metadata-only LISTs, then re-queues every service. A failed pass
+is retried with backoff; when an informer gets through after failing, every backoff is cut short.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class Controller:
         self.workers = workers
         self.queue = WorkQueue(self._process)
         self.informers: list[informer.Informer] = []
-        """The child informers, once started."""
+        """The service and child informers, once started."""
         self.health_monitor = Monitor(
             config.health,
             list_pods=self.list_pool_pods,
@@ -133,16 +135,27 @@ class Controller:
         self.queue.resync_every(self.config.resync_seconds, self._resync_keys)
 
     def start_informers(self) -> list[informer.Informer]:
-        """Start one informer per owned kind and watched namespace (their own threads), and the cache gauges."""
-        self.informers = informer.informers(
+        """Start the service informers and one informer per owned kind and watched namespace (their own threads),
+        and the cache gauges."""
+        services = informer.service_informers(
+            self.transport,
+            ServiceEvents(self),
+            self.namespaces,
+            self.queue_services,
+            health=self.health,
+            availability=self.availability,
+            on_recovered=self.recovered,
+        )
+        children = informer.informers(
             self.transport,
             self.children,
             self.namespaces,
             self.requeue,
             health=self.health,
             availability=self.availability,
-            on_recovered=self.queue.reset_backoff,
+            on_recovered=self.recovered,
         )
+        self.informers = [*services, *children]
         for each in self.informers:
             each.start()
         metrics.CACHE_OBJECTS.labels("children").set_function(lambda: len(self.children))
@@ -172,6 +185,10 @@ class Controller:
 
     def _process(self, key: Hashable) -> None:
         assert isinstance(key, tuple)
+        if self.leader is not None and not self.leader.is_leader():
+            # Lost the Lease after the workers started: wait to lead again (a pass now would be refused by the
+            # reconciler's fenced client anyway). The caches stay warm meanwhile.
+            self.leader.wait_until_leader()
         wake_after = self._reconciler().reconcile(str(key[0]), str(key[1]), self.children.children)
         if wake_after is not None:
             # A rollout's progress deadline passes without any event: look again then.
@@ -182,19 +199,44 @@ class Controller:
 
     # ---- events --------------------------------------------------------------------------------------------------
 
-    def service_event(self, type_: str | None, body: dict[str, Any], namespace: str, name: str) -> None:
-        """A DisaggSpecService event from kopf (`type_` None: its initial listing)."""
-        if type_ == "DELETED":
-            self.services.delete(body)
-            self._reconciler().forget(namespace, name)
-            self.health_monitor.forget(namespace, name)
-            return
-        # Not newer than the cache: the echo of this operator's own status write (already in the cache), or a state
-        # delivered again after a re-list. Nothing to do.
-        if self.services.put(body):
-            with self._unknown_guard:
-                self._unknown_owners.discard((namespace, name))
-            self.queue.add((namespace, name))
+    def recovered(self) -> None:
+        """An informer reached the API server again after failing: the API server is back, so retry now what was
+        backing off (the work queue's failed passes, the other informers' watches)."""
+        self.queue.reset_backoff()
+        for each in self.informers:
+            each.wake()
+
+    def service_changed(self, body: dict[str, Any]) -> bool:
+        """A DisaggSpecService was added or changed (its informer's event or LIST); True when it is to be queued.
+
+        Not newer than the cache: the echo of this operator's own status write (already in the cache), or a state
+        delivered again after a re-list. Nothing to do."""
+        if not self.services.put(body):
+            return False
+        meta = body["metadata"]
+        with self._unknown_guard:
+            self._unknown_owners.discard((str(meta["namespace"]), str(meta["name"])))
+        return True
+
+    def service_deleted(self, body: dict[str, Any]) -> None:
+        """A DisaggSpecService was deleted (its informer's DELETED event)."""
+        self.services.delete(body)
+        self._forget(str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))
+
+    def service_gone(self, namespace: str, name: str) -> None:
+        """A cached DisaggSpecService is missing from an authoritative LIST: deleted while nobody watched."""
+        log.info("service %s/%s is gone (not listed): evicting it", namespace, name)
+        self.services.evict(namespace, name)
+        self._forget(namespace, name)
+
+    def _forget(self, namespace: str, name: str) -> None:
+        self._reconciler().forget(namespace, name)
+        self.health_monitor.forget(namespace, name)
+
+    def queue_services(self, keys: Iterable[OwnerKey]) -> None:
+        """Queue services whose own object changed (the service informers' `on_change`)."""
+        for key in keys:
+            self.queue.add(key)
 
     def requeue(self, owners: Iterable[OwnerKey]) -> None:
         """Mark the owners of changed children dirty; called from the informer threads.
@@ -240,35 +282,48 @@ class Controller:
                 each.verify()
             except Exception as error:  # the watch keeps the cache meanwhile; the next period checks again
                 log.warning("%s: could not verify the cache: %s", each.component, error)
-        try:
-            self.verify_services(self.transport)
-        except Exception as error:
-            log.warning("could not verify the service cache: %s", error)
         return self.services.keys()
 
-    def verify_services(self, transport: informer.Transport) -> None:
-        """Compare the service cache with metadata-only LISTs: evict what is gone, queue what the cache lacks.
 
-        kopf lists services again after a watch gap but never reports what vanished during it. A cached service
-        missing from the list is evicted only if the list is newer than the cached state (a service created after
-        the list started is not evicted); a listed one missing from the cache is queued (its pass GETs it).
-        """
-        for namespace in self.namespaces or (None,):
-            items, list_version = informer.list_metadata(transport, apply.DSS_RESOURCE.collection(namespace))
-            listed = {(str(meta.get("namespace")), str(meta.get("name"))): str(meta.get("uid", "")) for meta in items}
-            held_keys = self.services.keys()
-            for key in held_keys:
-                if namespace is not None and key[0] != namespace:
-                    continue
-                if key in listed:
-                    continue
-                held = self.services.version(*key)
-                if held is None or not list_version.isdigit() or held > int(list_version):
-                    continue
-                log.info("service %s/%s is gone (not listed): evicting it", *key)
-                self.services.evict(*key)
-                self._reconciler().forget(*key)
-            cached = set(self.services.keys())
-            for key in sorted(listed.keys() - cached):
-                if not self.services.tombstoned(listed[key]):
-                    self.queue.add(key)
+class ServiceEvents:
+    """The service informers' `informer.Store`: DisaggSpecService changes become the `Controller`'s service events.
+
+    A LIST is authoritative as a child LIST is, with one care: the cache is also written by the passes (the
+    response of each status write), so a cached service missing from the list is evicted only if its cached
+    resourceVersion is not newer than the newest listed one (the list's snapshot is at least that new, so such a
+    service existed at the snapshot and is gone; one created or written after the snapshot is kept, and its own
+    event follows)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def put(self, obj: dict[str, Any]) -> set[OwnerKey]:
+        meta = obj["metadata"]
+        return {(str(meta["namespace"]), str(meta["name"]))} if self.controller.service_changed(obj) else set()
+
+    def discard(self, obj: dict[str, Any]) -> set[OwnerKey]:
+        self.controller.service_deleted(obj)
+        return set()
+
+    def replace(self, kind_name: str, namespace_scope: str | None, objects: Iterable[dict[str, Any]]) -> set[OwnerKey]:
+        queued: set[OwnerKey] = set()
+        listed: set[OwnerKey] = set()
+        newest = 0
+        for obj in objects:
+            meta = obj["metadata"]
+            listed.add((str(meta["namespace"]), str(meta["name"])))
+            version = str(meta.get("resourceVersion", ""))
+            newest = max(newest, int(version) if version.isdigit() else 0)
+            queued |= self.put(obj)
+        services = self.controller.services
+        cached = services.keys()
+        for key in cached:
+            if key in listed or (namespace_scope is not None and key[0] != namespace_scope):
+                continue
+            held = services.version(*key)
+            if held is not None and held <= newest:
+                self.controller.service_gone(*key)
+        return queued
+
+    def versions(self, kind_name: str, namespace_scope: str | None) -> dict[str, str]:
+        return self.controller.services.versions(namespace_scope)

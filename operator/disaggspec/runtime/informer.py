@@ -1,9 +1,12 @@
-"""The operator's own informers for the kinds it owns: paged LIST, then WATCH from the list's resourceVersion.
+"""The operator's own informers for the kinds it owns and for DisaggSpecServices: paged LIST, then WATCH from the
+list's resourceVersion.
 
-They only read the API (LIST, WATCH); the `Controller` owns them, with the `ChildCache` they fill, the `Health` they
-report to and the `ApiAvailability` they record. One `Informer` per owned kind (`apply.OWNED_KINDS`) and watched
-namespace (or one cluster-wide) keeps the `ChildCache` equal to what the API server holds, and tells the caller which
-owning services to re-queue:
+They only read the API (LIST, WATCH); the `Controller` owns them, with the `Store`s they fill (the `ChildCache`, and
+the service events), the `Health` they report to and the `ApiAvailability` they record. One `Informer` per owned kind
+(`apply.OWNED_KINDS`) and watched namespace (or one cluster-wide) keeps the `ChildCache` equal to what the API server
+holds, and tells the caller which owning services to re-queue; one more per namespace watches the services
+themselves (`service_informers`), so every watch the operator depends on backs off, recovers and reports to
+/healthz the same way:
 
 - LIST, in pages of `PAGE` with a server-side label selector (only the operator's children ever reach it), is
   authoritative: `ChildCache.replace` drops what the cache holds of that kind and scope but the list lacks (what
@@ -14,8 +17,8 @@ owning services to re-queue:
   leaves the cache, its owner is re-queued, and the pass re-applies it with its label.
 - 410 Gone (as the watch's HTTP status or as an ERROR event), or an expired continue token while listing: list
   again. Any other failure: retry with capped exponential backoff, resuming the watch from the last resourceVersion
-  seen. Each informer reports to its `Health` as `watch/<plural>[/<namespace>]`; restarts are counted in
-  `metrics.WATCH_RESTARTS`.
+  seen; the first informer through after a failure wakes the others (`wake`). Each informer reports to its `Health`
+  as `watch/<plural>[/<namespace>]`; restarts are counted in `metrics.WATCH_RESTARTS`.
 - `verify` (called on the resync period) compares a metadata-only LIST with the cache by uid and resourceVersion;
   a difference that persists past a short settle time makes the informer list again.
 
@@ -37,7 +40,7 @@ from urllib.parse import urlencode
 from disaggspec import apply, metrics
 from disaggspec import constants as c
 from disaggspec.runtime.availability import ApiAvailability
-from disaggspec.runtime.caches import ChildCache, OwnerKey
+from disaggspec.runtime.caches import OwnerKey
 from disaggspec.runtime.health import Health
 
 log = logging.getLogger("disaggspec.informer")
@@ -52,7 +55,9 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 READ_SLACK_SECONDS = 30.0
 """A WATCH read times out this long after the server should have ended it: a dead connection is noticed."""
 BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_CAP_SECONDS = 10.0
+BACKOFF_CAP_SECONDS = 5.0
+"""Short: a long outage must not leave the informers waiting out a long backoff once the API server is back (and an
+informer that gets through wakes the others, `Informer.wake`); one LIST or WATCH per informer every 5 s is no load."""
 VERIFY_SETTLE_SECONDS = 2.0
 """A difference between the cache and a metadata LIST must still be there this much later (events in flight)."""
 EXPIRED_LIST_RETRIES = 3
@@ -74,6 +79,27 @@ class WatchStream(Protocol):
 
     def interrupt(self) -> None:
         """End the stream from another thread (the reading thread's iteration stops or raises)."""
+
+
+class Store(Protocol):
+    """What an informer keeps equal to the API server: the `ChildCache` for children, the controller's service
+    events (`runtime.controller.ServiceEvents`) for DisaggSpecServices. Each call returns the services to queue."""
+
+    def put(self, obj: dict[str, Any]) -> set[OwnerKey]:
+        """An object was added or changed."""
+        ...
+
+    def discard(self, obj: dict[str, Any]) -> set[OwnerKey]:
+        """An object was deleted (or stopped matching the selector)."""
+        ...
+
+    def replace(self, kind_name: str, namespace_scope: str | None, objects: Iterable[dict[str, Any]]) -> set[OwnerKey]:
+        """`objects` is a complete LIST of the kind in the scope (None: every namespace)."""
+        ...
+
+    def versions(self, kind_name: str, namespace_scope: str | None) -> dict[str, str]:
+        """uid -> resourceVersion of what is held of the kind in the scope (for `Informer.verify`)."""
+        ...
 
 
 class Transport(Protocol):
@@ -163,14 +189,15 @@ def _status_code(obj: dict[str, Any]) -> int:
 
 
 class Informer:
-    """Keeps the `ChildCache` entries of one kind in one namespace (or all) equal to the API server's."""
+    """Keeps a `Store` (the `ChildCache`, or the service events) equal to the API server's objects of one kind in
+    one namespace (or all)."""
 
     def __init__(
         self,
         kind: apply.Kind,
         namespace: str | None,
         transport: Transport,
-        cache: ChildCache,
+        cache: Store,
         on_change: Callable[[set[OwnerKey]], None],
         *,
         health: Health,
@@ -185,6 +212,7 @@ class Informer:
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], object] | None = None,
         absent_recheck: float = ABSENT_RECHECK_SECONDS,
+        report_first_list: bool = False,
     ) -> None:
         self.kind = kind
         self.namespace = namespace
@@ -204,8 +232,13 @@ class Informer:
         self._jitter = jitter
         self.availability = availability
         self.absent_recheck = absent_recheck
+        self.report_first_list = report_first_list
+        """Hand the first LIST's changes to `on_change` too (the service informer: its first list queues every
+        service; a child informer's first list is the start-up sync, and every service is queued anyway)."""
         self._stop = threading.Event()
-        self._sleep: Callable[[float], object] = sleep if sleep is not None else self._stop.wait
+        self._wake = threading.Event()
+        """Set by `stop` and `wake`: cuts a backoff sleep short."""
+        self._sleep: Callable[[float], object] = sleep if sleep is not None else self._nap
         self.component = f"watch/{kind.plural}" + (f"/{namespace}" if namespace else "")
         self.synced = threading.Event()
         """Set once the first LIST is in the cache."""
@@ -229,7 +262,18 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._interrupt()
+
+    def wake(self) -> None:
+        """Retry now if sleeping in a backoff (from any thread): another informer reached the API server again, so
+        waiting out this one's backoff would only delay the recovery (after a long outage, by up to the cap)."""
+        if self.failures:
+            self._wake.set()
+
+    def _nap(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     @property
     def stopped(self) -> bool:
@@ -310,7 +354,7 @@ class Informer:
         first = not self.synced.is_set()
         self.synced.set()
         self._working(f"{self.kind.api_version} {self.kind.kind} is not installed")
-        if changed and not first:
+        if changed and (self.report_first_list or not first):
             self.on_change(changed)
         self._sleep(self.absent_recheck)
 
@@ -336,8 +380,7 @@ class Informer:
             first = not self.synced.is_set()
             self.synced.set()
             self._working(f"listed at resourceVersion {self.resource_version}")
-            # The first list is the start-up sync: every service is queued by its own initial listing anyway.
-            if changed and not first:
+            if changed and (self.report_first_list or not first):
                 self.on_change(changed)
             return
 
@@ -399,7 +442,7 @@ class Informer:
         obj.setdefault("apiVersion", self.kind.api_version)
         obj.setdefault("kind", self.kind.kind)
         # DELETED: deleted, or no longer matching the selector (a label removed by hand): the pass puts it back.
-        changed = self.cache.remove(str(meta["uid"])) if type_ == "DELETED" else self.cache.put(obj)
+        changed = self.cache.discard(obj) if type_ == "DELETED" else self.cache.put(obj)
         if version:
             self.resource_version = str(version)
         if changed:
@@ -445,7 +488,7 @@ class Informer:
 
 def informers(
     transport: Transport,
-    cache: ChildCache,
+    cache: Store,
     namespaces: Iterable[str],
     on_change: Callable[[set[OwnerKey]], None],
     *,
@@ -467,5 +510,35 @@ def informers(
             on_recovered=on_recovered,
         )
         for kind in apply.OWNED_KINDS
+        for namespace in scopes
+    ]
+
+
+def service_informers(
+    transport: Transport,
+    store: Store,
+    namespaces: Iterable[str],
+    on_change: Callable[[set[OwnerKey]], None],
+    *,
+    health: Health,
+    availability: ApiAvailability,
+    on_recovered: Callable[[], None] = lambda: None,
+) -> list[Informer]:
+    """The DisaggSpecService watch: one informer per namespace (or one cluster-wide), every service (no selector),
+    its first LIST queueing every service (the resume after a restart)."""
+    scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
+    return [
+        Informer(
+            apply.DSS_RESOURCE,
+            namespace,
+            transport,
+            store,
+            on_change,
+            health=health,
+            availability=availability,
+            on_recovered=on_recovered,
+            selector="",
+            report_first_list=True,
+        )
         for namespace in scopes
     ]

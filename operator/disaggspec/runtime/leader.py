@@ -14,10 +14,16 @@ once its `LeaderElector` leads. The protocol is client-go's `leaderelection` pac
 - The leader renews (updates `renewTime`) every retry period. Each write is an update carrying the `resourceVersion`
   it read, so of two candidates racing for an expired Lease exactly one wins; the other gets 409 and retries.
 - A leader that has not renewed successfully for the renew deadline (shorter than the lease duration, so it stops
-  before any other replica may take over) has lost: `on_lost` runs once (the entry point exits the process, as
-  controller-runtime does, so the pod restarts clean instead of reconciling on stale authority). A leader that finds
-  another holder in the Lease has lost too. A watchdog thread checks the deadline, so a request hung in the client
-  (its timeout is longer than the deadline) cannot keep a deposed leader writing.
+  before any other replica may take over) has lost; so has a leader that finds another holder in the Lease. A
+  watchdog thread checks the deadline, so a request hung in the client (its timeout is longer than the deadline)
+  cannot keep a deposed leader leading. `on_lost` runs at each loss, and the replica campaigns again: it stays a
+  warm standby (its informers keep their caches) and leads again as soon as the Lease is free, or at once when it
+  still names this replica (nobody took over; e.g. after an API-server outage, when every replica failed to renew).
+  controller-runtime exits instead and relies on the kubelet to restart the pod; after repeated outages that is
+  CrashLoopBackOff, minutes without a leader. What makes staying safe is that the writes are fenced, not the exit:
+  the reconciler's client (`apply.Client.fenced(is_leader)`) refuses every write unless `is_leader()` holds at
+  that moment (leading, and renewed within the renew deadline), and the workers wait for leadership before each
+  pass. A write already sent when the deadline passes is the same window an exiting process has.
 - `release()` on graceful shutdown empties `holderIdentity`, so the other replica takes over at its next retry
   instead of after a lease duration.
 
@@ -176,7 +182,8 @@ def _wall_clock() -> datetime.datetime:
 
 
 class LeaderElector:
-    """Holds the Lease `namespace/name` for `identity` while it can; `on_lost` runs once if it cannot any more."""
+    """Holds the Lease `namespace/name` for `identity` while it can; `on_lost` runs each time it stops leading, and it
+    campaigns again."""
 
     def __init__(
         self,
@@ -212,7 +219,8 @@ class LeaderElector:
         self._lock = threading.Lock()
         self._leading = threading.Event()
         self._stopped = threading.Event()
-        self._lost = False
+        self._term = 0
+        """Counts losses: a round whose write was in flight when leadership was lost does not lead on its answer."""
         self._lease: dict[str, Any] | None = None
         self._observed: Observation | None = None
         self._renewed_at = 0.0
@@ -238,9 +246,10 @@ class LeaderElector:
         self._leading.wait()
 
     def is_leader(self) -> bool:
-        """True while this replica holds the Lease and its last renewal is within the renew deadline."""
+        """True while this replica holds the Lease and its last renewal is within the renew deadline (the write fence:
+        checked before every write of a pass)."""
         with self._lock:
-            return self._leading.is_set() and not self._lost and self._clock() - self._renewed_at <= self.renew_deadline
+            return self._leading.is_set() and self._clock() - self._renewed_at <= self.renew_deadline
 
     def release(self) -> None:
         """Stop campaigning; if leading, give the Lease up so another replica takes over at its next try."""
@@ -249,7 +258,7 @@ class LeaderElector:
             if thread is not threading.current_thread():
                 thread.join(timeout=self.renew_deadline)
         with self._lock:
-            was_leading = self._leading.is_set() and not self._lost
+            was_leading = self._leading.is_set()
             lease = self._lease
             self._leading.clear()
         metrics.IS_LEADER.set(0)
@@ -273,6 +282,8 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One read and, when due, one write; True when this replica holds the Lease afterwards."""
+        with self._lock:
+            term = self._term
         sent_at = self._clock()
         try:
             lease: dict[str, Any] | None = self.client.request("GET", self.path)
@@ -309,7 +320,7 @@ class LeaderElector:
             assert lease is not None
             written = self.client.request("PUT", self.path, body=renewed(lease, duration, wall))
         with self._lock:
-            if self._lost:
+            if self._term != term:  # lost while this write was in flight: the next round reads the Lease afresh
                 return False
             self._lease = written
             self._observed = observe(written, None, self._clock())
@@ -324,7 +335,7 @@ class LeaderElector:
     # ---- the threads -----------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stopped.is_set() and not self._lost:
+        while not self._stopped.is_set():
             try:
                 self.try_acquire_or_renew()
             except apply.ApiError as error:
@@ -338,7 +349,7 @@ class LeaderElector:
             self._sleep(self._stopped, period)
 
     def _watchdog(self) -> None:
-        while not self._stopped.is_set() and not self._lost:
+        while not self._stopped.is_set():
             self.check_deadline()
             self._sleep(self._stopped, min(self.retry_period, 1.0))
 
@@ -351,12 +362,13 @@ class LeaderElector:
 
     def _lose(self, why: str) -> None:
         with self._lock:
-            if self._lost:
+            if not self._leading.is_set():
                 return
-            self._lost = True
             self._leading.clear()
+            self._term += 1
+            self._observed = None  # judge the Lease afresh: wait a whole lease duration before taking it over
         metrics.IS_LEADER.set(0)
-        self._stopped.set()
-        log.error("lost the leader lease %s/%s: %s", self.namespace, self.name, why)
+        metrics.LEADER_LOSSES.inc()
+        log.error("lost the leader lease %s/%s: %s; campaigning again", self.namespace, self.name, why)
         if self.on_lost is not None:
             self.on_lost()

@@ -13,6 +13,7 @@ so "within a resync period" is a few seconds. Every wait is bounded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -409,6 +410,64 @@ def _webhook_answers(cluster: Cluster, namespace: str) -> bool:
     return got.returncode != 0 and "pool-extra-args-known" in got.stderr
 
 
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _log_seconds(line: str) -> float | None:
+    found = LOG_TIME.match(line)
+    if found is None:
+        return None
+    return time.mktime(time.strptime(found.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + int(found.group(1)[20:]) / 1000
+
+
+def leading_terms(process: OperatorProcess) -> list[tuple[float, float]]:
+    """The replica's terms as leader, from its log: (acquired, lost) wall times; an open term ends now."""
+    terms: list[tuple[float, float]] = []
+    started: float | None = None
+    for line in process.log_path.read_text(errors="replace").splitlines():
+        at = _log_seconds(line)
+        if at is None:
+            continue
+        if "acquired the leader lease" in line and started is None:
+            started = at
+        elif "lost the leader lease" in line and started is not None:
+            terms.append((started, at))
+            started = None
+    if started is not None:
+        terms.append((started, time.time()))
+    return terms
+
+
+def writing_passes(process: OperatorProcess) -> list[float]:
+    """Wall times of the replica's passes that wrote (children applied or status written), from its log."""
+    times = []
+    for line in process.log_path.read_text(errors="replace").splitlines():
+        if "disaggspec.reconcile: reconciled" in line and ("applied=[]" not in line or "status_written=True" in line):
+            at = _log_seconds(line)
+            if at is not None:
+                times.append(at)
+    return times
+
+
+def assert_one_writer_at_a_time(replicas: tuple[OperatorProcess, ...]) -> int:
+    """No two replicas ever led at once, and each wrote only while it led; returns how many terms there were.
+
+    Under load (2 cores, a slow API server) a leader may legitimately miss its renew deadline and hand over; what
+    must never happen is two writers at once. A pass logs after its writes, so a write line may trail its term's end
+    by the logging delay (SLACK); the lease duration separates two terms by more than that."""
+    slack = 1.0
+    terms = sorted((start, end, index) for index, p in enumerate(replicas) for start, end in leading_terms(p))
+    for (_, end, first), (start, _, second) in itertools.pairwise(terms):
+        assert first == second or start >= end, f"two leaders at once: {terms}"
+    for index, process in enumerate(replicas):
+        own = [(start, end) for start, end, who in terms if who == index]
+        for at in writing_passes(process):
+            assert any(start <= at <= end + slack for start, end in own), (
+                f"replica {index} wrote at {at:.3f} outside its terms {own}\n{process.log_tail()}"
+            )
+    return len(terms)
+
+
 def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Path) -> None:
     cluster = plane.cluster
     election = [
@@ -440,15 +499,25 @@ def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Pat
         apply(cluster, ns, *(service(n) for n in names))
         for n in names:
             wait_ready(cluster, ns, n, timeout=90)
-        assert follower.child_writes() == 0, f"the non-leader wrote children\n{follower.log_tail()}"
-        assert leader.child_writes() >= 9 * len(names)
+        terms = assert_one_writer_at_a_time(replicas)
+        if terms == 1:
+            assert follower.child_writes() == 0, f"the non-leader wrote children\n{follower.log_tail()}"
+            assert leader.child_writes() >= 9 * len(names)
+        else:  # the leader missed its renew deadline under load and handed over (both stay up, one writes)
+            print(f"leadership moved {terms - 1} time(s) during the burst; one writer at a time throughout")
+            assert first.alive() and second.alive(), "a replica exited on losing the lease"
+            assert first.child_writes() + second.child_writes() >= 9 * len(names)
 
+        wait("exactly one leader", lambda: sum(p.is_leader() for p in replicas) == 1, 30, first)
+        leader = next(p for p in replicas if p.is_leader())
+        follower = second if leader is first else first
+        before = follower.child_writes()
         leader.stop(kill=True)
         took = wait("the follower to take over", follower.is_leader, LEASE_SECONDS + 15, follower)
         print(f"failover: the follower led {took:.1f}s after the leader was killed (lease {LEASE_SECONDS}s)")
         apply(cluster, ns, service("after-failover"))
         wait_ready(cluster, ns, "after-failover", timeout=60)
-        assert follower.child_writes() >= 9
+        assert follower.child_writes() >= before + 9
         wait("the webhook to answer (survivor only)", lambda: _webhook_answers(cluster, ns), 20, follower)
 
 
@@ -617,6 +686,75 @@ def test_recovery_after_apiserver_outage(plane: Plane, ns: str, log: Path) -> No
         assert unhealthy[0] >= HEALTH_GRACE - 1, f"/healthz failed before the grace period: {codes[:12]}"
         assert unhealthy[0] <= HEALTH_GRACE + 15, f"/healthz failed late: first 500 at {unhealthy[0]:.1f}s"
         assert codes[-1][1] == 500, f"/healthz recovered while the API server was still down: {codes[-5:]}"
+
+
+LONG_OUTAGE_SECONDS = 80
+"""Longer than the renew deadline (the leader loses its Lease), the informers' backoff cap and kopf's old watch
+backoff (1+1+2+3+5+8+13+21+34 s): what left a new service waiting 21 s, or the pod in CrashLoopBackOff, before."""
+PROMPT_SECONDS = 15
+"""A service created once the API server answers again has its children within this (measured: a few seconds)."""
+
+
+def test_repeated_long_outages_keep_the_process_leading_and_reconcile_new_services_promptly(
+    plane: Plane, ns: str, log: Path
+) -> None:
+    cluster = plane.cluster
+    election = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-id",
+        "outage-leader",
+        "--lease-duration-seconds",
+        str(LEASE_SECONDS),
+        "--renew-deadline-seconds",
+        "4",
+        "--retry-period-seconds",
+        "1",
+        "--health-grace-seconds",
+        str(HEALTH_GRACE),
+    ]
+    with operator(plane, ns, log / "operator.log", args=election) as process:
+        pid = process.pid
+        wait("the lease", process.is_leader, 30, process)
+        apply(cluster, ns, service("long-0"))
+        wait_ready(cluster, ns, "long-0")
+        for round_ in (1, 2):
+            plane.local.stop_component("apiserver", grace=STOP_GRACE)
+            stopped = time.monotonic()
+            codes: list[int] = []
+            try:
+                while time.monotonic() - stopped < LONG_OUTAGE_SECONDS:
+                    codes.append(process.probe("/healthz"))
+                    time.sleep(1)
+            finally:
+                plane.local.start_component("apiserver")
+            assert 500 in codes, f"/healthz never failed during a {LONG_OUTAGE_SECONDS}s outage"
+            name = f"long-after-{round_}"
+            wait(
+                "the API server to answer",
+                lambda: cluster.kubectl("get", "ns", ns, check=False).returncode == 0,
+                60,
+                process,
+            )
+            back = time.monotonic()
+            apply(cluster, ns, service(name))
+            expected = expected_children(name, fingerprint(parse_service(service(name))))
+            took = wait(
+                f"{name} reconciled",
+                lambda n=name, e=expected: child_names(cluster, ns, n) == e,
+                PROMPT_SECONDS,
+                process,
+            )
+            healthy = wait("/healthz 200", lambda: process.probe("/healthz") == 200, PROMPT_SECONDS, process)
+            print(
+                f"outage {round_} ({LONG_OUTAGE_SECONDS}s): a new service had its children {took:.1f}s after it was "
+                f"applied ({time.monotonic() - back:.1f}s after the API server answered), /healthz 200 after "
+                f"{healthy:.1f}s more; leader again: {process.is_leader()}"
+            )
+            assert process.alive() and process.pid == pid, "the operator exited (a restart would mean backoff)"
+            assert process.is_leader()
+        assert process.metric("disaggspec_leader_losses_total") >= 2, "the outages never cost the lease"
 
 
 # ---- i. a denied namespace --------------------------------------------------------------------------------------

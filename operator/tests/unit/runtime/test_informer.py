@@ -1,11 +1,10 @@
-"""informer: the LIST/WATCH state machine against a scripted transport, the controller's owner routing and service
-verification (service events through the kopf handler), and the reconcile guards against ghosts (tombstoned owners,
+"""informer: the LIST/WATCH state machine against a scripted transport, the controller's owner routing and its
+service informer (events, relists, wake-up after failures), and the reconcile guards against ghosts (tombstoned owners,
 a 404 on the status write, denied namespaces). No cluster, no threads: each test drives `Informer.step` by hand.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import itertools
@@ -15,12 +14,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 
-from disaggspec import apply, handlers, metrics
+from disaggspec import apply, metrics
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.config import OperatorConfig
@@ -28,7 +26,7 @@ from disaggspec.reconcile import Reconciler
 from disaggspec.runtime import informer
 from disaggspec.runtime.availability import ApiAvailability
 from disaggspec.runtime.caches import ChildCache, DisaggSpecServiceCache, OwnerKey
-from disaggspec.runtime.controller import Controller
+from disaggspec.runtime.controller import Controller, ServiceEvents
 from disaggspec.runtime.health import Health
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import FakeClient
@@ -426,9 +424,13 @@ def test_client_transport_streams_a_watch_line_by_line() -> None:
 class RecordingQueue:
     def __init__(self) -> None:
         self.added: list[Hashable] = []
+        self.resets = 0
 
     def add(self, key: Hashable) -> None:
         self.added.append(key)
+
+    def reset_backoff(self) -> None:
+        self.resets += 1
 
 
 @pytest.fixture
@@ -450,59 +452,98 @@ def _service(name: str, version: int, uid: str = "s-1") -> dict[str, Any]:
     }
 
 
-def _service_event(controller: Controller, type_: str | None, obj: dict[str, Any]) -> None:
-    body = kopf.Body(cast(kopf.RawBody, copy.deepcopy(obj)))
-    meta = obj["metadata"]
-    handler = cast(Any, handlers.on_service_event)  # kopf's decorator types it as a generic watching callback
-    memo = handlers.memo_for(controller)
-    asyncio.run(handler(type=type_, body=body, namespace=meta["namespace"], name=meta["name"], memo=memo))
+def _service_informer(state: Controller, transport: FakeTransport) -> informer.Informer:
+    """The controller's DisaggSpecService informer over a scripted transport (driven by hand: no threads)."""
+    (made,) = informer.service_informers(
+        transport,
+        ServiceEvents(state),
+        (NS,),
+        state.queue_services,
+        health=state.health,
+        availability=state.availability,
+    )
+    made._sleep = lambda seconds: None
+    return made
 
 
-def test_owners_are_queued_when_cached_once_when_unknown_and_never_when_deleted(
-    runtime: tuple[Controller, RecordingQueue, FakeClient],
-) -> None:
-    state, queue, _ = runtime
-    state.services.put(_service("live", 5))
-    state.services.put(_service("dead", 5, uid="s-dead"))
-    state.services.delete(_service("dead", 6, uid="s-dead"))
-    for _ in range(3):  # a burst of child events (e.g. the garbage collector deleting nine children)
-        state.requeue({(NS, "live"), (NS, "dead"), (NS, "unknown")})
-    assert queue.added.count((NS, "live")) == 3
-    assert (NS, "dead") not in queue.added  # its children are being collected: re-creating them would loop
-    assert queue.added.count((NS, "unknown")) == 1  # may exist: its pass GETs it once
+def _service_watch(*events: tuple[str, dict[str, Any]]) -> FakeStream:
+    return FakeStream([{"type": type_, "object": copy.deepcopy(obj)} for type_, obj in events])
 
 
-def test_a_service_event_queues_only_what_is_newer_than_the_cache(
-    runtime: tuple[Controller, RecordingQueue, FakeClient],
-) -> None:
-    state, queue, _ = runtime
-    _service_event(state, None, _service("a", 5))  # initial listing
-    state.services.put(_service("a", 6))  # the response of the operator's own status patch
-    _service_event(state, "MODIFIED", _service("a", 6))  # its echo
-    _service_event(state, "MODIFIED", _service("a", 7))  # a user's edit
-    assert queue.added == [(NS, "a"), (NS, "a")]
-    _service_event(state, "DELETED", _service("a", 8))
-    assert state.services.get(NS, "a") is None and state.services.tombstoned("s-1")
-    state.services.put(_service("a", 9))  # a status-patch response arriving after the DELETED event
-    assert state.services.get(NS, "a") is None
-
-
-def test_verify_services_evicts_ghosts_and_queues_what_the_cache_lacks(
+def test_the_service_informer_queues_every_listed_service_then_only_what_is_newer_than_the_cache(
     runtime: tuple[Controller, RecordingQueue, FakeClient],
 ) -> None:
     state, queue, _ = runtime
     transport = FakeTransport()
-    transport.version = 50
+    transport.store(_service("a", 5))
+    transport.store(_service("b", 6, uid="s-2"))
+    watch = _service_informer(state, transport)
+    assert watch.component == f"watch/disaggspecservices/{NS}"
+    watch.step()  # the first LIST is the resume: every service is queued
+    assert sorted(queue.added) == [(NS, "a"), (NS, "b")]
+    assert transport.calls[0][1]["labelSelector"] == ""  # every service, not only labelled ones
+    queue.added.clear()
+    state.services.put(_service("a", 7))  # the response of the operator's own status patch
+    transport.watches.append(
+        _service_watch(
+            ("MODIFIED", _service("a", 7)), ("MODIFIED", _service("a", 8)), ("DELETED", _service("b", 9, uid="s-2"))
+        )
+    )
+    watch.step()
+    assert queue.added == [(NS, "a")]  # the echo of the status write queued nothing; the user's edit did
+    assert state.services.get(NS, "b") is None and state.services.tombstoned("s-2")
+    state.services.put(_service("b", 10, uid="s-2"))  # a status-patch response arriving after the DELETED event
+    assert state.services.get(NS, "b") is None
+
+
+def test_a_service_relist_evicts_ghosts_keeps_what_is_newer_than_the_list_and_queues_what_the_cache_lacks(
+    runtime: tuple[Controller, RecordingQueue, FakeClient],
+) -> None:
+    state, queue, _ = runtime
+    transport = FakeTransport()
     transport.store(_service("listed", 20, uid="s-listed"))
+    watch = _service_informer(state, transport)
+    watch.step()
+    state.services.put(_service("ghost", 10, uid="s-ghost"))  # deleted while the watch was down
+    state.services.put(_service("fresh", 60, uid="s-fresh"))  # written after the list's snapshot
     transport.store(_service("uncached", 21, uid="s-uncached"))
-    state.services.put(_service("listed", 20, uid="s-listed"))
-    state.services.put(_service("ghost", 10, uid="s-ghost"))  # deleted while kopf's watch was down
-    state.services.put(_service("fresh", 60, uid="s-fresh"))  # created after the list was taken
-    state.verify_services(transport)
-    assert state.services.keys() == [(NS, "fresh"), (NS, "listed")]
-    assert state.services.tombstoned("s-ghost")
+    queue.added.clear()
+    watch.request_relist("verify")
+    watch.step()
+    assert state.services.keys() == [(NS, "fresh"), (NS, "listed"), (NS, "uncached")]
+    assert state.services.tombstoned("s-ghost") and not state.services.tombstoned("s-fresh")
     assert queue.added == [(NS, "uncached")]
-    assert transport.calls[0][1]["limit"]
+
+
+def test_a_service_informer_failure_is_unhealthy_and_the_first_informer_through_wakes_the_others(
+    runtime: tuple[Controller, RecordingQueue, FakeClient],
+) -> None:
+    state, queue, _ = runtime
+    transport = FakeTransport()
+    watch = _service_informer(state, transport)
+    watch.step()
+    transport.watches.append(ConnectionError("connection refused"))
+    watch.step()
+    _, lines = state.health.status()
+    assert any(line.startswith(watch.component) and "connection refused" in line for line in lines)
+    # A real backoff sleep, cut short by `wake` (what `Controller.recovered` calls on every informer).
+    sleeper = informer.Informer(
+        apply.DEPLOYMENT, NS, FakeTransport(), ChildCache(), print, health=Health(), availability=ApiAvailability()
+    )
+    sleeper.failures = 3
+    started = time.monotonic()
+    napping = threading.Thread(target=sleeper._sleep, args=(30.0,))
+    napping.start()
+    sleeper.wake()
+    napping.join(timeout=5)
+    assert not napping.is_alive() and time.monotonic() - started < 5
+    state.informers = [sleeper]
+    sleeper.failures = 2
+    napping = threading.Thread(target=sleeper._sleep, args=(30.0,))
+    napping.start()
+    state.recovered()
+    napping.join(timeout=5)
+    assert not napping.is_alive() and queue.resets == 1
 
 
 # ---- reconcile: no children for a dead owner, a 404 on the status write, denied namespaces ---------------------------

@@ -8,7 +8,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -259,7 +259,7 @@ def test_of_two_candidates_racing_for_an_expired_lease_only_one_wins() -> None:
     assert not b.try_acquire_or_renew()  # next round b sees a fresh record held by a: it waits
 
 
-def test_a_leader_that_cannot_renew_within_the_deadline_is_lost_once() -> None:
+def test_a_leader_that_cannot_renew_within_the_deadline_is_lost_once_and_leads_again_while_the_lease_names_it() -> None:
     client, clock = FakeLeases(), Clock()
     lost: list[str] = []
     a = elector(client, clock, "a", lost)
@@ -278,7 +278,32 @@ def test_a_leader_that_cannot_renew_within_the_deadline_is_lost_once() -> None:
     assert lost == ["a"]
     assert metrics.IS_LEADER._value.get() == 0
     client.fail = None
-    assert not a.try_acquire_or_renew()  # a lost elector never leads again: the process restarts
+    # The API server is back and the Lease still names a (nobody took over): a leads again at its next round, in
+    # the same process, instead of exiting into a restart.
+    assert a.try_acquire_or_renew() and a.is_leader()
+    assert lost == ["a"] and metrics.IS_LEADER._value.get() == 1
+
+
+def test_a_lost_leader_whose_lease_was_taken_over_stays_a_standby_and_a_write_in_flight_does_not_lead() -> None:
+    client, clock = FakeLeases(), Clock()
+    lost: list[str] = []
+    a = elector(client, clock, "a", lost)
+    b = elector(client, clock, "b", [])
+    assert a.try_acquire_or_renew()
+
+    def deadline_passes_during_the_write() -> None:
+        clock.advance(11)
+        a.check_deadline()
+
+    client.before_write = deadline_passes_during_the_write
+    assert not a.try_acquire_or_renew()  # its renewal landed after it had lost: that answer makes no leader
+    assert lost == ["a"] and not a.is_leader()
+    client.before_write = None
+    assert not b.try_acquire_or_renew()  # b sees a's record for the first time: valid, b waits
+    clock.advance(16)
+    assert b.try_acquire_or_renew()  # unchanged for 16 s as b measured it: expired, taken over
+    assert not a.try_acquire_or_renew() and not a.is_leader()  # a waits for b's Lease, campaigning
+    assert lost == ["a"]
 
 
 def test_a_leader_that_finds_another_holder_is_lost_at_once() -> None:
@@ -354,3 +379,40 @@ def test_identity_is_the_pod_name_else_host_and_pid(monkeypatch: pytest.MonkeyPa
     assert entry.identity() == "op-7d9f-abcde"
     monkeypatch.delenv("POD_NAME")
     assert entry.identity().endswith(f"_{os.getpid()}")
+
+
+class _RecordingApi:
+    """The two ApiClient calls `apply.Client.request` makes; every request answers 200 with an empty object."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def param_serialize(self, method: str, path: str, **_: Any) -> tuple[str, str, dict[str, str], Any, None]:
+        return method, path, {}, None, None
+
+    def call_api(self, method: str, url: str, **_: Any) -> Any:
+        self.sent.append((method, url))
+
+        class Response:
+            status = 200
+            headers: dict[str, str] = {}
+
+            def read(self) -> bytes:
+                return b"{}"
+
+        return Response()
+
+
+def test_a_fenced_client_sends_no_write_unless_its_replica_leads_at_that_moment() -> None:
+    api = _RecordingApi()
+    leading = [True]
+    client = apply.Client(cast(Any, api)).fenced(lambda: leading[0])
+    client.request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", body={})
+    leading[0] = False
+    client.request("GET", "/apis/apps/v1/namespaces/ns/deployments/d")  # reads go on: the caches stay warm
+    client.request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", {"dryRun": "All"}, {})  # persists nothing
+    for method in ("PATCH", "POST", "PUT", "DELETE"):
+        with pytest.raises(apply.NotLeading):
+            client.request(method, "/apis/apps/v1/namespaces/ns/deployments/d", body={})
+    assert [method for method, _ in api.sent] == ["PATCH", "GET", "PATCH"]
+    assert not isinstance(apply.NotLeading("x"), apply.ApiError)  # never reported as the API server's answer
