@@ -10,12 +10,17 @@ sends a real request through the router and prints the (emulated) answer and who
 SGLang metrics, changes the draft's revision while traffic flows through the router Service (a coordinated rollout: a
 new revision beside the old one), then applies two bad specs and prints how each is rejected: a prefill/decode
 mismatch (CEL, in the CRD) and an unknown SGLang flag (the operator's webhook). The cluster, the operator, the pod
-runner and the service keep running for exploration (it prints a `curl` line to try) until `make demo-down`.
+runner and the service keep running for exploration (it prints a `curl` line to try) until `make demo-down`, which
+stops the operator, then the pod runner and every process it started (pods in their preStop pause or drain
+included: the runner kills them by pid and waits), then the cluster; so a next `make demo` finds the pod network free.
+
+The cluster honours `DISAGGSPEC_CLUSTER_DIR` and `DISAGGSPEC_CLUSTER_PORT_BASE` as `python -m e2e.cluster up` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -32,7 +37,8 @@ import yaml
 
 from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import ClusterError, LocalCluster
-from e2e.cluster.processes import port_free
+from e2e.cluster.processes import alive, cmdline, port_free
+from e2e.cluster.proctable import start_ticks
 from e2e.serving.continuous import continuous
 from e2e.serving.daemon import start_runner
 from e2e.serving.plan import DEFAULT_LAUNCHER
@@ -52,6 +58,7 @@ RELEASE = "disaggspec"
 OPERATOR_NAMESPACE = "disaggspec-system"
 METRICS_PORT = 18080
 WEBHOOK_PORT = 18443
+DEFAULT_PORT_BASE = 16379
 
 
 def say(title: str) -> None:
@@ -63,15 +70,20 @@ def show(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def _operator_pid() -> int | None:
-    pid_file = DEMO_DIR / "operator.pid"
-    if not pid_file.is_file():
-        return None
-    pid = int(pid_file.read_text())
+    """The pid of the demo's live operator: the recorded pid while it still has the recorded start time (another
+    process that got the pid since, another checkout's operator say, is never taken for it)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        recorded = json.loads((DEMO_DIR / "operator.pid").read_text())
+    except (OSError, ValueError):
         return None
-    return pid if b"disaggspec" in cmdline else None
+    if isinstance(recorded, int):  # written by an earlier version: the pid alone
+        argv = cmdline(recorded)
+        return recorded if alive(recorded) and "disaggspec" in argv and str(METRICS_PORT) in argv else None
+    try:
+        pid, ticks = int(recorded["pid"]), int(recorded["start_ticks"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return pid if alive(pid) and start_ticks(pid) == ticks else None
 
 
 def start_operator(kubeconfig: Path) -> None:
@@ -87,7 +99,7 @@ def start_operator(kubeconfig: Path) -> None:
     argv = [sys.executable, "-m", "disaggspec", "--metrics-addr", "127.0.0.1", "--metrics-port", str(METRICS_PORT)]
     argv += ["--webhook-addr", "127.0.0.1", "--webhook-host", "127.0.0.1", "--webhook-port", str(WEBHOOK_PORT)]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO)
-    (DEMO_DIR / "operator.pid").write_text(str(proc.pid))
+    (DEMO_DIR / "operator.pid").write_text(json.dumps({"pid": proc.pid, "start_ticks": start_ticks(proc.pid)}))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -126,10 +138,11 @@ def _metric_lines(url: str, names: tuple[str, ...]) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(names)]
 
 
-def up() -> None:
+def up(rollout: bool = True) -> None:
+    """The whole demo; `rollout=False` leaves out step 6d, the rollout under traffic (a test's shortcut)."""
     cluster = LocalCluster()
     say("1. local control plane in serving mode (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
-    state = cluster.up(serving=True)
+    state = cluster.up(port_base=int(os.environ.get("DISAGGSPEC_CLUSTER_PORT_BASE", DEFAULT_PORT_BASE)), serving=True)
     show(cluster.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,topology.kubernetes.io/zone"))
 
     say(f"2. helm install {RELEASE} {CHART.relative_to(REPO)} (the CRD, RBAC, Services, webhook configuration)")
@@ -210,9 +223,13 @@ def up() -> None:
             for line in _metric_lines(metrics, ("sglang:num_requests_total", "sglang:spec_accept_length")):
                 print(f"  {line}")
 
-    say("6d. a change of the pair under traffic: a new draft revision rolls out as a new revision beside the old one")
     original: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    url = _roll_out_under_traffic(client, original, model, port)
+    if rollout:
+        say(
+            "6d. a change of the pair under traffic: a new draft revision rolls out as a new revision beside the old "
+            "one"
+        )
+        url = _roll_out_under_traffic(client, original, model, port)
 
     say("7. a mismatched pair: decode overrides eagleTopk (rejected by the CRD's CEL rules, no operator needed)")
     mismatched = copy.deepcopy(original)
@@ -281,9 +298,13 @@ def down() -> None:
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
         for _ in range(100):
-            if _operator_pid() is None or not Path(f"/proc/{pid}").exists():
+            if _operator_pid() is None:
                 break
             time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # our child when up() ran in this process (a test)
         print(f"operator (pid {pid}) stopped")
     (DEMO_DIR / "operator.pid").unlink(missing_ok=True)
     LocalCluster().down()
@@ -295,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         up() if args.command == "up" else down()
-    except (ClusterError, CommandFailed) as error:
+    except (ClusterError, CommandFailed, subprocess.TimeoutExpired) as error:
         print(f"error: {error}", file=sys.stderr)
+        if args.command == "up":
+            print("(everything started so far keeps running: `make demo-down` stops it)", file=sys.stderr)
         return 1
     return 0
 

@@ -56,9 +56,10 @@ KWOK_STAGE_FILES = (
 """Default mode: kwok marks pods Running and Ready at once and deletes terminating pods itself."""
 OWN_STAGES = Path(__file__).resolve().parent / "stages"
 SERVING_POD_STAGE = "pod-running-unready.yaml"
-SERVING_STAGE_FILES = (*KWOK_NODE_STAGES, SERVING_POD_STAGE, "pod/fast/pod-complete.yaml")
-"""Serving mode: kwok binds pods (Running, an IP) but leaves readiness, restarts and deletion to the pod runner
-(`python -m e2e.serving`), the kubelet double that runs one local process per container."""
+SERVING_STAGE_FILES = (*KWOK_NODE_STAGES, SERVING_POD_STAGE)
+"""Serving mode: kwok binds pods (Running, an IP) but leaves readiness, restarts, completion and deletion to the pod
+runner (`python -m e2e.serving`), the kubelet double that runs one local process per container: a Job's pod (the
+model cache's fill) completes when its process exits, not by kwok's pod-complete stage."""
 
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,11 +121,13 @@ def stop_recorded(record: ProcessRecord, grace: float) -> bool:
 
 
 class ProcessTable:
-    """`processes.json`: the container processes alive right now, by pid."""
+    """`processes.json`: the container processes alive right now, by pid. Safe to share between threads (the
+    runner's loop adds and removes while its shutdown reaps in a worker thread)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._records: dict[int, ProcessRecord] = {}
+        self._lock = threading.Lock()
 
     def load(self) -> list[ProcessRecord]:
         """The records on disk (from this or an earlier runner); unreadable entries are skipped."""
@@ -146,27 +149,41 @@ class ProcessTable:
         os.replace(tmp, self.path)
 
     def add(self, record: ProcessRecord) -> None:
-        self._records[record.pid] = record
-        self._save()
+        with self._lock:
+            self._records[record.pid] = record
+            self._save()
 
     def remove(self, pid: int) -> None:
-        if self._records.pop(pid, None) is not None:
+        with self._lock:
+            if self._records.pop(pid, None) is not None:
+                self._save()
+
+    def replace(self, records: list[ProcessRecord]) -> None:
+        """Make `records` the whole table (in memory and on disk)."""
+        with self._lock:
+            self._records = {r.pid: r for r in records}
             self._save()
 
     def clear(self) -> None:
-        self._records.clear()
-        self._save()
+        self.replace([])
 
 
 def reap_stale(table: ProcessTable, grace: float, say: object = print) -> list[ProcessRecord]:
-    """Stop every process an earlier runner recorded and left behind, then empty the table; the records stopped."""
+    """Stop every process the table records (left by an earlier runner, or by this one's workers), by pid and start
+    time, and wait for them to exit; the records stopped. A record whose pid now belongs to another process (same
+    pid, other start time) is dropped and that process left alone. The table keeps only what could not be stopped
+    (a process of another user, say), so the next attempt tries again; it is empty otherwise."""
     assert callable(say)
-    stopped = []
+    stopped, survivors = [], []
     for record in table.load():
         if stop_recorded(record, grace):
             argv = " ".join(cmdline(record.pid)) or " ".join(record.argv)
-            say(f"stopped {record.describe()} left by an earlier runner: {argv}")
+            say(f"stopped {record.describe()}, which was still running: {argv}")
             stopped.append(record)
-    if table.path.exists():
-        table.clear()
+        remaining = leftovers(record)
+        if remaining:
+            say(f"could not stop {record.describe()}: pids {remaining} still alive")
+            survivors.append(record)
+    if table.path.exists() or survivors:
+        table.replace(survivors)
     return stopped

@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 from e2e.cluster.controlplane import default_state_dir
-from e2e.cluster.servingdir import stop_runner
+from e2e.cluster.servingdir import serving_dir, stop_runner
 from e2e.serving import log
 from e2e.serving.daemon import runner_status, start_runner
 from e2e.serving.kubeapi import KubeApi
 from e2e.serving.kubelet import Settings
+from e2e.serving.modelcache import VOLUMES_ENV
 from e2e.serving.plan import DEFAULT_LAUNCHER, load_launcher
 from e2e.serving.runner import Runner, RunnerError
 
@@ -99,6 +100,8 @@ def _run(args: argparse.Namespace, state_dir: Path) -> int:
         )
     # Launchers that act for a pod against the API (the router's token request) use the runner's own credentials.
     os.environ["KUBECONFIG"] = str(kubeconfig.resolve())
+    # The local directories standing for pod volumes (the model cache's claim) live with the runner's other files.
+    os.environ.setdefault(VOLUMES_ENV, str(serving_dir(state_dir) / "volumes"))
     launcher = load_launcher(args.launcher)
     settings = Settings(
         backoff_initial=args.backoff_initial, backoff_cap=args.backoff_max, shutdown_grace=args.shutdown_grace

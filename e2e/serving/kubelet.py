@@ -24,6 +24,10 @@ patch in flight per pod, retried on errors). When the pod gets a deletionTimesta
 ready, its preStop pause runs (`exec: [sleep, N]` or the `sleep` action; any other hook is logged, not run), then it
 is stopped within the pod's `deletionGracePeriodSeconds` (at least 2 s, as the kubelet), then the pod is deleted
 with grace period 0 and a UID precondition. A pod that vanishes has its processes stopped the same way.
+
+When the runner stops (`PodWorker.shutdown`, `Runtime.stopping`): no process starts or restarts any more, a preStop
+pause in progress ends at once, every process gets SIGTERM and SIGKILL after the (shorter) shutdown grace period, a
+drain in progress included, and a pod being deleted is left Terminating for the next runner to finalise.
 """
 
 from __future__ import annotations
@@ -86,6 +90,9 @@ class Runtime:
     table: ProcessTable
     logs: Path
     settings: Settings = field(default_factory=Settings)
+    stopping: bool = False
+    """The runner is stopping: no container process is started or restarted any more (set before the workers are
+    told to stop, so a process that the shutdown stops, or reaps, is never replaced by one it does not know of)."""
 
 
 class Backoff:
@@ -295,11 +302,11 @@ class ContainerWorker:
                 if self.plan is None:  # not ours after all (decided once its env could be resolved): left alone
                     self._changed()
                     return
-            if self._stop.is_set():  # stopped while planning: nothing was started
+            if self._stop.is_set() or self.runtime.stopping:  # stopped while planning: nothing was started
                 return
             exit_code = await self._run_once(self.plan)
             self.plan = None  # the next start plans again, from the pod as it is then
-            if self._stop.is_set():
+            if self._stop.is_set() or self.runtime.stopping:
                 return
             policy = (self.pod.get("spec") or {}).get("restartPolicy", "Always")
             restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
@@ -552,6 +559,8 @@ class PodWorker:
         self._ended = asyncio.Event()
         self._deadline = float("inf")
         self._stopping = False
+        self._hurry = asyncio.Event()
+        """Set when the runner stops or the pod vanishes: a preStop pause in progress ends at once."""
         self._dirty = asyncio.Event()
         self._generation = 0
         self._patched = 0
@@ -596,6 +605,8 @@ class PodWorker:
         if self.end is None or (why == "delete" and self.end == "quiet") or why == "vanish":
             self.end = why
         self._deadline = min(self._deadline, time.monotonic() + grace)
+        if why in ("shutdown", "vanish"):
+            self._hurry.set()
         if self._stopping or why in ("vanish", "quiet"):
             self._stop_containers()
         self._ended.set()
@@ -724,11 +735,14 @@ class PodWorker:
         await asyncio.gather(*(c.wait() for c in self.containers))
         if self._writes_status():
             await self.flush(timeout=2.0)
-        if self.end == "delete" and not self.gone:
+        if self.end == "delete" and not self.gone and not self.runtime.stopping:
+            # (When the runner stops, the pod stays Terminating with its processes stopped: the next runner
+            # finalises it, as a kubelet started again would.)
             await self._delete()
 
     async def _pre_stop(self, containers: list[ContainerWorker]) -> None:
-        """Run the containers' preStop hooks (in parallel, within the grace period) before they get SIGTERM."""
+        """Run the containers' preStop hooks (in parallel, within the grace period) before they get SIGTERM; a
+        pause ends early when the runner stops or the pod vanishes."""
         pauses = []
         for container in containers:
             hook = (container.spec.get("lifecycle") or {}).get("preStop")
@@ -740,7 +754,9 @@ class PodWorker:
             log(f"{self.key}/{container.name}: preStop pause {seconds:g}s")
             pauses.append(seconds)
         if pauses:
-            await asyncio.sleep(max(0.0, min(max(pauses), self._deadline - time.monotonic() - MIN_GRACE)))
+            pause = max(0.0, min(max(pauses), self._deadline - time.monotonic() - MIN_GRACE))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), pause)
 
     async def _delete(self) -> None:
         metadata = self.pod["metadata"]

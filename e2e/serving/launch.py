@@ -7,7 +7,11 @@
 - A pool container (`python3 -m sglang.launch_server ...`) runs the SGLang worker emulator with the pod's exact SGLang
   flags, for the release in the pod's `app.kubernetes.io/version` label, configured by the pod's
   `emulator.disaggspec.io/<key>` annotations (see docs/serving-emulator.md), and told its serving revision (the
-  pod's `disaggspec.io/spec-fingerprint` label) for the cross-revision oracle unless an annotation sets it.
+  pod's `disaggspec.io/spec-fingerprint` label) for the cross-revision oracle unless an annotation sets it. When the
+  pod's init containers wait for (or fill) the model cache, the emulator starts after their stand-in steps
+  (`e2e.serving.modelcache`).
+- The model cache's fill container (the operator's `FILL_SCRIPT`, a fill Job's pod) runs a stand-in that downloads
+  nothing and writes the marker on the local directory standing for the claim, then exits 0 (`e2e.serving.modelcache`).
 Anything else is not ours: the runner leaves it alone.
 
 Every pod shares this machine's network, which takes two translations, and only these two:
@@ -28,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +40,7 @@ from disaggspec import constants as c
 from disaggspec.render.rdma import server_command
 from disaggspec.sglang.args import LAUNCH as SGLANG_LAUNCH
 from disaggspec.sglang.profiles import PROFILES, ROUTER_READY_HELPER, RouterProfile
+from e2e.serving import modelcache
 from e2e.serving.plan import Launcher, ProcessPlan, container_env
 
 log = logging.getLogger("e2e.serving.launch")
@@ -108,8 +114,11 @@ def emulator_options(pod: dict[str, Any]) -> list[str]:
 class ServingLauncher:
     """Runs routers for real and SGLang servers as emulators (see the module documentation)."""
 
-    def __init__(self, admin_kubeconfig: str | None = None) -> None:
+    def __init__(self, admin_kubeconfig: str | None = None, volumes: Path | None = None) -> None:
         self.admin_kubeconfig = admin_kubeconfig or os.environ.get("KUBECONFIG", "")
+        default = os.environ.get(modelcache.VOLUMES_ENV) or str(Path(tempfile.gettempdir()) / "disaggspec-volumes")
+        self.volumes = volumes or Path(default)
+        """The local directories standing for pod volumes (`e2e.serving.modelcache.volume_dir`)."""
 
     def plan(self, pod: dict[str, Any], container: dict[str, Any]) -> ProcessPlan | None:
         # With ibDeviceMapping Auto the server command sits behind the device-mapping wrapper; no node here has HCAs.
@@ -122,6 +131,9 @@ class ServingLauncher:
             return self._router(pod, container, router, command, pod_ip)
         if command[: len(SGLANG_LAUNCH)] == list(SGLANG_LAUNCH):
             return self._emulator(pod, container, command[len(SGLANG_LAUNCH) :], pod_ip)
+        fill = modelcache.fill_step(self.volumes, pod, container)
+        if fill is not None:
+            return ProcessPlan(argv=modelcache.init_argv([fill], []), env=_base_env(container), cwd=str(REPO))
         return None
 
     def _router(
@@ -178,6 +190,9 @@ class ServingLauncher:
             "--",
             *args,
         ]
+        steps = modelcache.init_steps(self.volumes, pod)
+        if steps:
+            argv = modelcache.init_argv(steps, argv)
         return ProcessPlan(argv=argv, env=_base_env(container), cwd=str(REPO))
 
     def probe_command(self, pod: dict[str, Any], container: dict[str, Any], command: list[str]) -> list[str] | None:

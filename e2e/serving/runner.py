@@ -12,8 +12,11 @@ only the runner finalises deletions in serving mode).
 
 One runner per state directory (an exclusive lock on `serving/runner.lock`). On start it stops whatever an earlier
 runner left in `serving/processes.json`; once the first list is handled it writes `serving/runner.pid`, which tells
-`start` it is up. On SIGTERM or SIGINT every container gets SIGTERM, then SIGKILL after the shutdown grace period,
-their pods are marked not ready (best effort), the process table is emptied and the runner exits 0.
+`start` it is up. On SIGTERM or SIGINT no container starts or restarts any more, every container gets SIGTERM (a
+pod in its preStop pause or its drain included: the pause ends, the drain is cut to the shutdown grace period), then
+SIGKILL after the shutdown grace period; their pods are marked not ready (best effort; a pod being deleted is left
+for the next runner to finalise), anything the process table still lists is stopped and waited for, and the runner
+exits 0.
 """
 
 from __future__ import annotations
@@ -182,20 +185,22 @@ class Runner:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
+        # First of all: nothing starts or restarts from here on, so what is stopped below stays stopped.
+        self.runtime.stopping = True
         workers = list(self.workers.values())
         log(f"shutting down: stopping the processes of {len(workers)} pod(s)")
         for worker in workers:
-            worker.shutdown(self.settings.shutdown_grace)
+            worker.shutdown(self.settings.shutdown_grace)  # also cuts short a preStop pause or a drain
         if workers:
             await asyncio.wait(
                 [asyncio.ensure_future(w.wait()) for w in workers], timeout=self.settings.shutdown_grace + 10
             )
-        # Whatever is still recorded (a worker that did not finish in time) is stopped here, synchronously.
+        # Whatever is still recorded (a worker that did not finish in time) is stopped here, by pid and start time,
+        # and waited for; the table keeps only what could not be stopped.
         leftover = await asyncio.to_thread(reap_stale, self.table, 1.0, log)
         if leftover:
             log(f"stopped {len(leftover)} process(es) that outlived their worker")
         await self.runtime.events.drain(timeout=2.0)
-        self.table.clear()
         log("stopped")
 
     # ---- dispatch ----------------------------------------------------------------------------------------------

@@ -126,6 +126,7 @@ def test_a_multi_node_pool_runs_as_groups_and_a_lost_worker_recreates_its_group(
 ) -> None:
     obj = workloads.load(workloads.example("multinode"))
     name = obj["metadata"]["name"]
+    workloads.provide_model_claim(cluster, namespace, obj)  # the example ships a model cache on a claim
     _apply(cluster, namespace, obj)
     workloads.wait_ready(cluster, namespace, name, timeout=150)
     dss = workloads.get(cluster, namespace, "dss", name)

@@ -6,6 +6,9 @@ returns the plain `childrefusal.explain` message when any child would be refused
 Degraded), else None. The object's uid is already set during validating admission of a CREATE (the API server fills
 system fields before it calls validating webhooks); a placeholder stands in when it is missing.
 
+A child whose render alone the API server accepts but whose merge with the live object it refuses (another field
+manager's edit made the merged form invalid: `childrepair`) does not refuse the spec: reconcile repairs it.
+
 Fail-safe by design: when the dry-run cannot answer (an API server 5xx, a timeout, an RBAC gap, or render itself
 raising), it returns None and the spec is admitted. The webhook's failurePolicy is Ignore for the same reason: a
 stalled check must never block users, and reconcile dry-runs again before its first write, so a refused child is
@@ -45,6 +48,14 @@ def refusal_text(
         desired = render.render(service, config)
         writes, _ = apply.prepare(owner, desired, ())
         refusals = apply.dry_run(client, apply.checkable(writes), timeout=TIMEOUT_SECONDS)
+        # A child refused only because of what another field manager changed in the live object (a hand edit of a
+        # port) is not the spec's fault: reconcile repairs it (`childrepair`), so it does not refuse the spec.
+        by_ref = {apply.ref(manifest): manifest for manifest in writes}
+        refusals = [
+            refused
+            for refused in refusals
+            if not apply.render_alone_valid(client, by_ref[f"{refused.kind}/{refused.name}"])
+        ]
     except Exception as error:  # fail-safe: admit, and let reconcile find out (it dry-runs again before writing)
         log.warning("%s/%s: admitted without the children's dry-run: %s", namespace, name, error)
         return None

@@ -20,6 +20,11 @@ and collects every refusal (`childrefusal.Refusal`) instead of stopping at the f
 API server would refuse a child before it writes any. What a dry-run cannot see (a ResourceQuota is checked per
 request against current usage, so three Deployments each pass a dry-run against a quota of two) is caught by `sync`
 itself: when a write is refused, the children this pass created are deleted again and `ChildrenRefused` is raised.
+
+A child refused only because of what another field manager changed in it (its render alone is valid; the merge with
+a hand-edited port or one-of field is not) does not stop the pass: `repair_refused` removes the conflicting foreign
+fields with one guarded JSON patch (`childrepair` decides which, and why this and not a recreate) and the pass goes
+on with every child.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from urllib.parse import urlencode
 
 from kubernetes import client as k8s
 
+from disaggspec import childrepair, metrics
 from disaggspec import constants as c
-from disaggspec import metrics
 from disaggspec.childrefusal import Cause, Refusal, is_refusal
 from disaggspec.drift import needs_apply, with_applied_hash
 
@@ -166,6 +171,8 @@ class SyncResult:
     pruned: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
     """Children created by this pass and deleted again because another child was refused."""
+    repaired: list[childrepair.Repair] = field(default_factory=list)
+    """Children whose foreign fields this pass removed because their merged form was invalid (`repair_refused`)."""
 
     @property
     def changed(self) -> bool:
@@ -455,6 +462,81 @@ def dry_run(client: Client, manifests: list[dict[str, Any]], timeout: float | No
     return refusals
 
 
+def render_alone_valid(client: Client, manifest: dict[str, Any]) -> bool:
+    """Whether the API server accepts `manifest` by itself: a dry-run create answers AlreadyExists (409) only after
+    validation and admission accepted the object, so 409 means the refusal of its apply comes from the merge with the
+    live object. Any other refusal (the render itself is invalid, or a quota) means it does not; a transient failure
+    is raised (the pass is retried)."""
+    kind, _ = located(manifest)
+    query = {"fieldManager": c.FIELD_MANAGER, "dryRun": "All"}
+    try:
+        client.request("POST", kind.collection(manifest["metadata"]["namespace"]), query, manifest)
+    except ApiError as error:
+        if error.status == 409:
+            return True
+        if error.refused:
+            return False
+        raise
+    return False  # created: the live object is gone meanwhile, the next pass creates it
+
+
+def repair_refused(
+    client: Client, refusals: list[Refusal], writes: list[dict[str, Any]], live: Iterable[str], result: SyncResult
+) -> list[Refusal]:
+    """Repair each refused child whose render alone is valid but whose merge with fields of another field manager is
+    not (`childrepair`): read it (with managedFields, which the caches drop), remove the conflicting foreign fields
+    with one JSON patch that tests each removed value first and puts the operator's values back next to them
+    (`childrepair.ROUNDS`: the fields the refusal points at, then every foreign field of its spec) and dry-run it
+    again after each round. Returns the refusals that remain; each repair
+    is recorded in `result.repaired`. A child that is still refused keeps whatever the rounds removed (foreign
+    fields only: its operator-owned fields were never touched). `live` names the children that exist: a child to be
+    created has nothing to merge with, so its refusal is the render's own."""
+    by_ref = {ref(manifest): manifest for manifest in writes}
+    existing = set(live)
+    remaining: list[Refusal] = []
+    for refused in refusals:
+        manifest = by_ref.get(f"{refused.kind}/{refused.name}")
+        if manifest is None or ref(manifest) not in existing or not render_alone_valid(client, manifest):
+            remaining.append(refused)
+            continue
+        _, path = located(manifest)
+        current: Refusal | None = refused
+        for round_ in childrepair.ROUNDS:
+            if current is None:
+                break
+            try:
+                child = client.request("GET", path)
+            except ApiError as error:
+                if error.status == 404:
+                    current = None  # deleted meanwhile: nothing to merge with, the apply creates it (render valid)
+                    break
+                raise
+            repair = childrepair.decide(child, manifest, current, c.FIELD_MANAGER, round_)
+            if repair is None:
+                continue
+            # A failed `test` (the child changed since it was read) is refused like an invalid request, but it is
+            # no refusal of the child: raised as a conflict (transient), the pass is retried against the new object.
+            try:
+                client.request(
+                    "PATCH",
+                    path,
+                    {"fieldManager": childrepair.REPAIR_FIELD_MANAGER},
+                    list(repair.patch),
+                    "application/json-patch+json",
+                )
+            except ApiError as error:
+                raise ApiError(
+                    error.status if error.status >= 500 else 409, "PATCH", path, f"repair: {error.message}"
+                ) from error
+            log.warning("repaired a foreign edit: %s", repair.message)
+            result.repaired.append(repair)
+            again = dry_run(client, [manifest])
+            current = again[0] if again else None
+        if current is not None:
+            remaining.append(current)
+    return remaining
+
+
 def sync(
     client: Client,
     owner: dict[str, Any],
@@ -484,6 +566,10 @@ def sync(
     wanted |= {ref(obj) for obj in keep}
     if verify and writes:
         refusals = dry_run(client, checkable(writes))
+        if refusals:
+            # A child refused because of another field manager's edit is repaired first; only what is still
+            # refused stops the pass.
+            refusals = repair_refused(client, refusals, writes, live_by_ref, result)
         if refusals:
             raise ChildrenRefused(refusals)
     waves: list[list[dict[str, Any]]] = [[] for _ in APPLY_WAVES]

@@ -174,15 +174,30 @@ SPEC_DECODE_ACCEPTING: Final = ConditionReason(
     "True",
     "AcceptLengthNormal",
     "The decode pods' mean accept length (`sglang:spec_accept_length`, weighted by verify steps) over the health "
-    "window is at or above the threshold; the message has the mean and each pod's.",
+    "window is at or above the floor and, normalised by the draft tokens ((L - 1) / (numDraftTokens - 1), SGLang "
+    "0.5.23's `sglang:spec_accept_rate`), no more than the drop threshold (25%) below the expected value "
+    "(spec.speculative.expectedAcceptLength, else the baseline learned from the service's healthy traffic, "
+    "status.specDecode); the message has the mean, each pod's, the expectation and the drop.",
+)
+SPEC_DECODE_LEARNING: Final = ConditionReason(
+    c.CONDITION_SPEC_DECODE_HEALTHY,
+    "True",
+    "LearningBaseline",
+    "The decode pods' mean accept length is at or above the floor, and there is nothing yet to judge a drop against: "
+    "spec.speculative.expectedAcceptLength is unset and the baseline learned from the service's healthy traffic "
+    "holds too few verify steps (`DISAGGSPEC_HEALTH_BASELINE_MIN_VERIFY_STEPS`); the message says how far it is. A "
+    "draft broken from the first request would be learned as normal: set expectedAcceptLength to catch that.",
 )
 SPEC_DECODE_LOW_ACCEPT: Final = ConditionReason(
     c.CONDITION_SPEC_DECODE_HEALTHY,
     "False",
     "LowAcceptLength",
-    "Under traffic, the decode pods' mean accept length over the window is below the threshold (1.0: no draft token "
-    "is accepted; a draft model that does not match the target, or a broken draft-state transfer). The message names "
-    "each decode pod with its accept length and verify steps.",
+    "Under traffic, the decode pods' mean accept length over the window is below the floor "
+    "(`DISAGGSPEC_HEALTH_MIN_ACCEPT_LENGTH`, 1.1; 1.0: no draft token is accepted), or its normalised accept rate "
+    "dropped more than `DISAGGSPEC_HEALTH_ACCEPT_DROP` (25%) below the expected one: a draft model that does not "
+    "match the target, a broken draft-state transfer (the seed's mock top-k: DeepSeek NEXTN 1.565 -> 1.362, 36%). "
+    "It turns True again only once the drop is within `DISAGGSPEC_HEALTH_ACCEPT_RECOVER` (15%). The message names "
+    "each decode pod with its accept length and verify steps, the expectation and the drop.",
 )
 SPEC_DECODE_NO_TRAFFIC: Final = ConditionReason(
     c.CONDITION_SPEC_DECODE_HEALTHY,
@@ -203,7 +218,8 @@ SPEC_DECODE_NOT_MEASURED: Final = ConditionReason(
     "Unknown",
     "NotMeasured",
     "No measurement yet (the first one comes within `DISAGGSPEC_HEALTH_INTERVAL_SECONDS` of the leader starting), "
-    "or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`).",
+    "or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`). A restarted or newly elected operator keeps the "
+    "condition status already holds until its own measurement differs.",
 )
 TRANSFER_OK: Final = ConditionReason(
     c.CONDITION_TRANSFER_HEALTHY,
@@ -233,7 +249,8 @@ TRANSFER_NOT_MEASURED: Final = ConditionReason(
     c.CONDITION_TRANSFER_HEALTHY,
     "Unknown",
     "NotMeasured",
-    "No measurement yet, or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`).",
+    "No measurement yet, or measurement is off (`DISAGGSPEC_HEALTH_SOURCE=off`); a restarted or newly elected "
+    "operator keeps the condition status already holds until its own measurement differs.",
 )
 
 # ---- ModelCached (only with spec.model.cache; absent otherwise) ---------------------------------------------------
@@ -296,6 +313,7 @@ CONDITION_REASONS: Final[tuple[ConditionReason, ...]] = (
     DEGRADED_ROLLOUT_STUCK,
     DEGRADED_AS_EXPECTED,
     SPEC_DECODE_ACCEPTING,
+    SPEC_DECODE_LEARNING,
     SPEC_DECODE_LOW_ACCEPT,
     SPEC_DECODE_NO_TRAFFIC,
     SPEC_DECODE_NO_METRICS,
@@ -318,6 +336,13 @@ EVENT_SPEC_REJECTED: Final = EventReason(
 )
 EVENT_CHILDREN_APPLIED: Final = EventReason(
     "ChildrenApplied", "Normal", "Children were created, updated or pruned; the message lists them."
+)
+EVENT_FOREIGN_EDIT_REVERTED: Final = EventReason(
+    "ForeignEditReverted",
+    "Warning",
+    "A child's merged form was invalid because of fields another field manager set (a hand edit of a port, a "
+    "one-of field): those fields were removed and the operator's form applied again; the message names the child, "
+    "each field and its field manager.",
 )
 EVENT_READY: Final = EventReason("Ready", "Normal", "The service became Ready.")
 EVENT_APPLY_FAILED: Final = EventReason(
@@ -384,6 +409,7 @@ EVENT_MODEL_CACHE_FILL_FAILED: Final = EventReason(
 EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_SPEC_REJECTED,
     EVENT_CHILDREN_APPLIED,
+    EVENT_FOREIGN_EDIT_REVERTED,
     EVENT_READY,
     EVENT_APPLY_FAILED,
     EVENT_CHILD_REFUSED,

@@ -36,10 +36,29 @@ class HealthSettings:
     port: int = 30000
     """The pool pods' SGLang HTTP port (the rendered `--port`)."""
     min_accept_length: float = 1.1
-    """SpecDecodeHealthy is False when the window's mean accept length (tokens per verify step, bonus included) is
-    below this: 1.0 means no draft token is ever accepted."""
+    """A floor for every service: SpecDecodeHealthy is False when the window's mean accept length (tokens per verify
+    step, bonus included) is below this: 1.0 means no draft token is ever accepted."""
     min_verify_steps: int = 50
     """Verify steps the decode pods must have run in the window for a judgement; fewer: Unknown (NoTraffic)."""
+    accept_drop: float = 0.25
+    """SpecDecodeHealthy turns False when the window's normalised accept rate, (L - 1) / (numDraftTokens - 1), is
+    more than this fraction below the service's expected rate (spec.speculative.expectedAcceptLength, else the
+    baseline learned from its own healthy traffic, status.specDecode). 0.25 flags the seed's bug (DeepSeek NEXTN, 4
+    draft tokens: 1.565 -> 1.362, a 36% drop) and tolerates the swing between prompt mixes (docs/operator.md)."""
+    accept_recover: float = 0.15
+    """Hysteresis: once False, SpecDecodeHealthy turns True again only when the drop is at most this fraction."""
+    drop_min_verify_steps: int = 500
+    """Verify steps the window needs to judge a drop against the expectation (fewer: only the floor is judged, and a
+    False condition stays False): with fewer, the window mean of a healthy service wanders by more than 10%."""
+    baseline_min_verify_steps: int = 2000
+    """A learned baseline is used (judged against) once it is based on at least this many verify steps."""
+    baseline_window_steps: int = 200
+    """A window teaches the baseline only with at least this many verify steps (and only when it is healthy and
+    within `accept_recover` of the current baseline); at most one window per `window_seconds`, so learned windows do
+    not overlap."""
+    baseline_weight: float = 0.2
+    """The smallest weight a new window gets in the baseline (an exponentially weighted mean; until the baseline holds
+    1/weight windows' worth of steps it is the plain step-weighted mean)."""
     max_failures_per_second: float = 0.05
     """TransferHealthy is False when bootstrap plus transfer failures per second over the window exceed this..."""
     min_failures: int = 3
@@ -93,7 +112,9 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
 def health_from_env(env: Mapping[str, str]) -> HealthSettings:
     """`DISAGGSPEC_HEALTH_*`: SOURCE (scrape|off; PROMETHEUS_URL set means prometheus), PROMETHEUS_URL,
     INTERVAL_SECONDS, WINDOW_SECONDS, TIMEOUT_SECONDS, CONCURRENCY, PORT, MIN_ACCEPT_LENGTH, MIN_VERIFY_STEPS,
-    MAX_FAILURES_PER_SECOND, MIN_FAILURES. Unset ones keep `HealthSettings`' defaults; a bad value raises."""
+    ACCEPT_DROP, ACCEPT_RECOVER, DROP_MIN_VERIFY_STEPS, BASELINE_MIN_VERIFY_STEPS, BASELINE_WINDOW_STEPS,
+    BASELINE_WEIGHT, MAX_FAILURES_PER_SECOND, MIN_FAILURES. Unset ones keep `HealthSettings`' defaults; a bad value
+    raises."""
     defaults = HealthSettings()
     url = env.get("DISAGGSPEC_HEALTH_PROMETHEUS_URL", "").strip().rstrip("/")
     source = env.get("DISAGGSPEC_HEALTH_SOURCE", "scrape").strip() or "scrape"
@@ -113,6 +134,12 @@ def health_from_env(env: Mapping[str, str]) -> HealthSettings:
             raise ValueError(f"DISAGGSPEC_HEALTH_{key} must be a number above {minimum:g}, not {raw!r}")
         return value
 
+    def fraction(key: str, default: float) -> float:
+        value = number(key, default)
+        if value >= 1:
+            raise ValueError(f"DISAGGSPEC_HEALTH_{key} must be a fraction below 1, not {value:g}")
+        return value
+
     return HealthSettings(
         source=chosen,
         prometheus_url=url,
@@ -123,6 +150,14 @@ def health_from_env(env: Mapping[str, str]) -> HealthSettings:
         port=int(number("PORT", defaults.port)),
         min_accept_length=number("MIN_ACCEPT_LENGTH", defaults.min_accept_length),
         min_verify_steps=int(number("MIN_VERIFY_STEPS", defaults.min_verify_steps, minimum=-1)),
+        accept_drop=fraction("ACCEPT_DROP", defaults.accept_drop),
+        accept_recover=fraction("ACCEPT_RECOVER", defaults.accept_recover),
+        drop_min_verify_steps=int(number("DROP_MIN_VERIFY_STEPS", defaults.drop_min_verify_steps, minimum=-1)),
+        baseline_min_verify_steps=int(
+            number("BASELINE_MIN_VERIFY_STEPS", defaults.baseline_min_verify_steps, minimum=-1)
+        ),
+        baseline_window_steps=int(number("BASELINE_WINDOW_STEPS", defaults.baseline_window_steps, minimum=-1)),
+        baseline_weight=fraction("BASELINE_WEIGHT", defaults.baseline_weight),
         max_failures_per_second=number("MAX_FAILURES_PER_SECOND", defaults.max_failures_per_second, minimum=-1),
         min_failures=int(number("MIN_FAILURES", defaults.min_failures, minimum=-1)),
     )

@@ -102,7 +102,7 @@ CONDITION_MODEL_CACHED: Final = "ModelCached"
 """The model cache holds the spec's model, draft and tokenizer revisions (only with spec.model.cache)."""
 
 # ---- caches --------------------------------------------------------------------------------------------------------
-MODEL_CACHE_ENV: Final = ("HF_HOME", "HF_HUB_OFFLINE")
+MODEL_CACHE_ENV: Final = ("HF_HOME", "HF_HUB_OFFLINE", "HF_MODULES_CACHE")
 """What the operator sets on both pools with a model cache."""
 COMPILE_CACHE_ENV: Final = (
     "SGLANG_CACHE_DIR",

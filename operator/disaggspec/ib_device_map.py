@@ -232,7 +232,9 @@ def choose(
 
 
 def _rendered(names: list[str], per_gpu: list[str] | None, form: Form, backend: str) -> Choice:
-    env = {"NCCL_IB_HCA": ",".join(names)}
+    # A leading `=` makes NCCL match the names exactly, not as prefixes (mlx5_1 would also select mlx5_10..19: NCCL
+    # docs, NCCL_IB_HCA); the same form as a Static mapping renders (disaggspec.render.rdma.nccl_ib_hca).
+    env = {"NCCL_IB_HCA": "=" + ",".join(names)}
     if per_gpu is not None and form == "map":
         flag = json.dumps({str(i): name for i, name in enumerate(per_gpu)}, separators=(",", ":"))
     else:
@@ -240,7 +242,8 @@ def _rendered(names: list[str], per_gpu: list[str] | None, form: Form, backend: 
     # A release whose nixl reads the per-GPU flag lets a non-empty UCX_NET_DEVICES override it (0.5.23
     # disaggregation/nixl/conn.py:564-572), so it is set only where nixl reads no flag (0.5.2, the list form).
     if backend == "nixl" and form == "list":
-        env["UCX_NET_DEVICES"] = ",".join(f"{n}:{UCX_PORT}" for n in names)
+        # UCX matches `device:port` as a whole: exact already.
+        env["UCX_NET_DEVICES"] = ",".join(n if ":" in n else f"{n}:{UCX_PORT}" for n in names)
     return Choice(flag, env)
 
 

@@ -121,6 +121,13 @@ SPEC_ACCEPT_LENGTH = Gauge(
     ["namespace", "service"],
     registry=REGISTRY,
 )
+SPEC_EXPECTED_ACCEPT_LENGTH = Gauge(
+    "disaggspec_spec_expected_accept_length",
+    "The accept length SpecDecodeHealthy judges each service against: spec.speculative.expectedAcceptLength, else the "
+    "baseline learned from its healthy traffic (absent while there is none).",
+    ["namespace", "service", "source"],
+    registry=REGISTRY,
+)
 TRANSFER_FAILURES_PER_SECOND = Gauge(
     "disaggspec_transfer_failures_per_second",
     "Bootstrap plus KV transfer failures per second over the health window, all pool pods of the service.",
@@ -138,11 +145,24 @@ _STATUS_VALUE = {"True": 1.0, "False": 0.0, "Unknown": -1.0}
 
 
 def record_runtime_health(namespace: str, service: str, verdict: Verdict) -> None:
-    """Set a service's runtime-health gauges from its latest verdict."""
-    SPEC_DECODE_HEALTHY.labels(namespace, service).set(_STATUS_VALUE[verdict.spec_decode.reason.status])
-    TRANSFER_HEALTHY.labels(namespace, service).set(_STATUS_VALUE[verdict.transfer.reason.status])
+    """Set a service's measured runtime-health numbers from its latest verdict (the monitor, every round). The
+    condition gauges follow the conditions as written (`record_runtime_conditions`)."""
     _set_or_remove(SPEC_ACCEPT_LENGTH, (namespace, service), verdict.accept_length)
     _set_or_remove(TRANSFER_FAILURES_PER_SECOND, (namespace, service), verdict.failures_per_second)
+    expected = verdict.expected
+    for source in ("spec", "baseline"):
+        value = None
+        if expected is not None and (source == "spec") == expected.source.startswith("spec."):
+            value = expected.accept_length
+        _set_or_remove(SPEC_EXPECTED_ACCEPT_LENGTH, (namespace, service, source), value)
+
+
+def record_runtime_conditions(namespace: str, service: str, statuses: dict[str, str]) -> None:
+    """Set SpecDecodeHealthy's and TransferHealthy's gauges from the conditions a pass computed (condition type ->
+    status), so they say what status says, also while a new leader keeps the conditions it found."""
+    for gauge, type_ in ((SPEC_DECODE_HEALTHY, "SpecDecodeHealthy"), (TRANSFER_HEALTHY, "TransferHealthy")):
+        if type_ in statuses:
+            gauge.labels(namespace, service).set(_STATUS_VALUE[statuses[type_]])
 
 
 def _set_or_remove(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
@@ -157,6 +177,8 @@ def forget_runtime_health(namespace: str, service: str) -> None:
     """Remove a deleted service's runtime-health series."""
     for gauge in (SPEC_DECODE_HEALTHY, TRANSFER_HEALTHY, SPEC_ACCEPT_LENGTH, TRANSFER_FAILURES_PER_SECOND):
         _set_or_remove(gauge, (namespace, service), None)
+    for source in ("spec", "baseline"):
+        _set_or_remove(SPEC_EXPECTED_ACCEPT_LENGTH, (namespace, service, source), None)
 
 
 def record_pool_replicas(namespace: str, service: str, pools: dict[str, tuple[int, int]] | None) -> None:

@@ -48,6 +48,6 @@ class RolloutTiming:
     """How long the current revision may go without another pod becoming ready before the rollout holds:
     spec.rollout.progressDeadlineSeconds, else the larger pool workload's own progress deadline."""
     router_gone_seconds: float
-    """Where the API server does not count terminating pods: how long after its router was scaled to zero a
-    retiring revision's router counts as gone (its preStop pause, during which it leaves the Service, and a
-    margin)."""
+    """Where neither the router Deployment's status.terminatingReplicas nor a LIST of its pods can be read: how long
+    after its router was scaled to zero a retiring revision's router counts as gone (its preStop pause, during which
+    it leaves the Service, and a margin). Also how often a retiring revision is looked at again."""

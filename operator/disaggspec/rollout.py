@@ -27,6 +27,7 @@ removed whole once the current revision has every replica ready.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -141,7 +142,9 @@ def as_deployment_status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
     A LeaderWorkerSet counts groups (one server each): status.replicas and readyReplicas are groups, a group is
     ready only when its leader and every worker are. It reports no availableReplicas (nor minReadySeconds): a ready
-    group is available. It reports no terminatingReplicas either: the rollout then waits its fixed retirement time.
+    group is available. It reports no terminatingReplicas either (LeaderWorkerSet v0.9.0's status has conditions,
+    observedGeneration, replicas, readyReplicas, updatedReplicas and hpaPodSelector), and none is needed: retiring a
+    revision waits for its router, always a Deployment (`router_pods_needed`), never for a pool's terminating count.
     """
     if obj.get("kind") != c.LWS_KIND:
         return obj
@@ -159,6 +162,41 @@ def _count(obj: Mapping[str, Any]) -> Count:
         int(status.get("readyReplicas", 0)),
         None if terminating is None else int(terminating),
     )
+
+
+def router_pods_needed(revisions: Mapping[str, LiveRevision]) -> list[str]:
+    """Fingerprints of the revisions whose router Deployment was scaled to zero and reports no pod, on an API server
+    that does not count terminating pods (no status.terminatingReplicas: before Kubernetes 1.35, or the
+    DeploymentReplicaSetTerminatingReplicas gate off): only a LIST of its pods tells whether one is still stopping
+    (a pod being deleted is listed until the kubelet has stopped its containers and the API server removes it)."""
+    return [
+        fingerprint
+        for fingerprint, revision in revisions.items()
+        if not fingerprint.startswith(LEGACY_PREFIX)
+        and c.ROLE_ROUTER in revision.counts
+        and (router := revision.counts[c.ROLE_ROUTER]).terminating is None
+        and router.replicas == 0
+        and router.pods == 0
+    ]
+
+
+def with_router_pods(
+    revisions: Mapping[str, LiveRevision], fingerprints: Iterable[str], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, LiveRevision]:
+    """`revisions` with the router of each of `fingerprints` counting as terminating the router pods of that
+    revision among `pods` (a LIST of the service's router pods): every listed pod is one that is not gone yet,
+    whether its deletion shows already or the Deployment's status is ahead of its ReplicaSet."""
+    listed: dict[str, int] = {}
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(c.LABEL_ROLE) == c.ROLE_ROUTER and labels.get(c.LABEL_FINGERPRINT):
+            listed[str(labels[c.LABEL_FINGERPRINT])] = listed.get(str(labels[c.LABEL_FINGERPRINT]), 0) + 1
+    counted = dict(revisions)
+    for fingerprint in fingerprints:
+        revision = counted[fingerprint]
+        router = dataclasses.replace(revision.counts[c.ROLE_ROUTER], terminating=listed.get(fingerprint, 0))
+        counted[fingerprint] = dataclasses.replace(revision, counts={**revision.counts, c.ROLE_ROUTER: router})
+    return counted
 
 
 @dataclass(frozen=True)
@@ -274,8 +312,9 @@ def _shrink(
 
 
 def _router_gone(router: Count, retiring_since: str, now: str, gone_after: float) -> bool:
-    """No router pod of the retiring revision exists any more, terminating ones included (where the API server
-    does not count terminating pods: `gone_after` seconds after the router was scaled to zero)."""
+    """No router pod of the retiring revision exists any more, terminating ones included: status.terminatingReplicas
+    (Kubernetes 1.35+) or, before, the count of its listed pods (`with_router_pods`); only where neither could be
+    read (the pod LIST failed), `gone_after` seconds after the router was scaled to zero."""
     if router.replicas > 0 or router.pods > 0:
         return False
     if router.terminating is not None:

@@ -19,7 +19,7 @@ import pydantic
 
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus, RevisionStatus
+from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus, RevisionStatus, SpecDecodeStatus
 from disaggspec.conditions import ConditionReason
 from disaggspec.rejection import Rejection
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
@@ -29,6 +29,9 @@ _DEPLOYMENT_PROGRESSING = "Progressing"
 _DEPLOYMENT_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 _DEPLOYMENT_REPLICA_FAILURE = "ReplicaFailure"
 
+
+_NOT_MEASURED = frozenset({r.SPEC_DECODE_NOT_MEASURED.reason, r.TRANSFER_NOT_MEASURED.reason})
+_RUNTIME = frozenset({c.CONDITION_SPEC_DECODE_HEALTHY, c.CONDITION_TRANSFER_HEALTHY})
 
 _JOB_COMPLETE = "Complete"
 _JOB_FAILED = "Failed"
@@ -66,7 +69,8 @@ class Observation:
     render_error: str | None = None
     """The error rendering raised (a bug), when it did; no child was changed."""
     runtime: Verdict = NOT_MEASURED
-    """The latest runtime-health verdict on the running pods (`servinghealth`), measured off the reconcile path."""
+    """The latest runtime-health verdict on the running pods (`servinghealth`), measured off the reconcile path. A
+    provisional judgement in it (no verdict from this operator process yet) keeps the condition status holds."""
     model_cache: ModelCacheObservation | None = None
     """The model cache and its fill Job; None when spec.model.cache is unset (no ModelCached condition)."""
     revisions: tuple[RevisionStatus, ...] = ()
@@ -272,20 +276,64 @@ def previous_condition(previous: DisaggSpecServiceStatus | None, type_: str) -> 
 
 def compute(observation: Observation, previous: DisaggSpecServiceStatus | None, now: str) -> DisaggSpecServiceStatus:
     """The full status; `now` (RFC 3339) stamps only conditions whose status changed since `previous`, the status
-    as last written (`parse_previous`)."""
-    stamped = []
+    as last written (`parse_previous`).
+
+    Runtime health (issue 29): a condition whose judgement is provisional (the operator just started or became the
+    leader and has no verdict of its own yet) is kept as `previous` holds it, and so is the learned baseline until the
+    monitor has one. A fresh judgement with the reason `previous` holds keeps the held message too unless the status
+    is written anyway: its numbers ride along with a write, they never cause one. So a restart, a failover or a
+    resync writes nothing for a service whose state did not change."""
+    provisional = {
+        judgement.reason.condition
+        for judgement in (observation.runtime.spec_decode, observation.runtime.transfer)
+        if judgement.provisional
+    }
+    fresh, quiet = [], []
     for condition in conditions(observation):
         old = previous_condition(previous, condition.type)
+        # A provisional judgement never replaces a verdict status holds; over NotMeasured (none held) it is written.
+        if old is not None and condition.type in provisional and old.reason not in _NOT_MEASURED:
+            kept = old.model_copy(update={"observed_generation": observation.generation})
+            fresh.append(kept)
+            quiet.append(kept)
+            continue
         since = old.last_transition_time if old is not None and old.status == condition.status else now
-        stamped.append(condition.model_copy(update={"last_transition_time": since}))
+        stamped = condition.model_copy(update={"last_transition_time": since})
+        fresh.append(stamped)
+        same = old is not None and (old.status, old.reason, old.observed_generation) == (
+            stamped.status,
+            stamped.reason,
+            stamped.observed_generation,
+        )
+        quiet.append(old if same and old is not None and condition.type in _RUNTIME else stamped)
+    baseline = observation.runtime.baseline
+    spec_decode = (
+        SpecDecodeStatus(
+            baseline_accept_length=round(baseline.accept_length, 3),
+            baseline_verify_steps=int(baseline.verify_steps),
+            spec_fingerprint=baseline.fingerprint,
+        )
+        if baseline is not None
+        else (previous.spec_decode if previous is not None else None)
+    )
+    unchanged = _status(observation, quiet, spec_decode)
+    if previous is not None and not changed(unchanged, previous):
+        return unchanged
+    return _status(observation, fresh, spec_decode)
+
+
+def _status(
+    observation: Observation, conditions_: list[Condition], spec_decode: SpecDecodeStatus | None
+) -> DisaggSpecServiceStatus:
     return DisaggSpecServiceStatus(
         observed_generation=observation.generation,
-        conditions=stamped,
+        conditions=conditions_,
         prefill=_pool_of(observation, c.ROLE_PREFILL),
         decode=_pool_of(observation, c.ROLE_DECODE),
         router=_pool_of(observation, c.ROLE_ROUTER),
         spec_fingerprint=observation.fingerprint,
         endpoint=observation.endpoint,
+        spec_decode=spec_decode,
         revisions=list(observation.revisions),
     )
 

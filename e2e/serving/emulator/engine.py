@@ -91,6 +91,32 @@ def new_rid() -> str:
     return uuid.uuid4().hex
 
 
+def verify_step_sizes(accept: float, num_draft_tokens: int, remaining: int) -> list[int]:
+    """Tokens per verify step for a request's `remaining` tokens (those after prefill's first): sizes within
+    1..num_draft_tokens whose running sum follows `accept` per step, the last one cut at the request's end. So a
+    request's own accept length is `accept` for long outputs and lower for short ones (a 7-token rest at 1.565 takes
+    5 steps: 1.40), the swing between prompt mixes the operator's health judgement must tolerate."""
+    cap = max(1, num_draft_tokens)
+    steps: list[int] = []
+    done = 0
+    total = 0.0
+    while done < remaining:
+        total += accept
+        size = max(1, min(cap, math.floor(total) - done, remaining - done))
+        steps.append(size)
+        done += size
+    return steps
+
+
+def node_tp_ranks(cfg: ServerConfig) -> range:
+    """The TP ranks whose schedulers run on this node: `tp_size / nnodes` consecutive ranks from
+    `node_rank * tp_size / nnodes` (0.5.2 entrypoints/engine.py:753-757 `_launch_subprocesses`, tp_rank_range, with
+    pp_size 1: the operator refuses --pp-size)."""
+    per_node = max(1, cfg.tp_size // max(1, cfg.nnodes))
+    first = cfg.node_rank * per_node
+    return range(first, first + per_node)
+
+
 class Engine:
     def __init__(
         self,
@@ -108,7 +134,9 @@ class Engine:
         self.bind = bind
         self.pod_name = pod_name
         self.timeouts = timeouts
-        self.metrics = Metrics(version_facts, cfg.served_model_name, cfg.disaggregation_mode)
+        self.metrics = Metrics(
+            version_facts, cfg.served_model_name, cfg.disaggregation_mode, tp_ranks=node_tp_ranks(cfg)
+        )
         self.fingerprint = speculative_fingerprint(cfg, options)
         self.counters = Counters()
         self.bootstrap: pd.BootstrapServer | None = None
@@ -672,16 +700,7 @@ class Engine:
         if not self.speculative:
             return [1] * remaining
         accept = float(self.options.accept_length or 1.0)
-        cap = max(1, int(self.cfg.speculative_num_draft_tokens or math.ceil(accept)))
-        steps: list[int] = []
-        done = 0
-        total = 0.0
-        while done < remaining:
-            total += accept
-            size = max(1, min(cap, math.floor(total) - done, remaining - done))
-            steps.append(size)
-            done += size
-        return steps
+        return verify_step_sizes(accept, int(self.cfg.speculative_num_draft_tokens or math.ceil(accept)), remaining)
 
     async def _generate_tokens(
         self, req: GenRequest, started: float, peer: dict[str, Any] | None, first: dict[str, Any]

@@ -228,6 +228,19 @@ FACTS_0_5_23: Final = VersionFacts(
 
 FACTS: Final[dict[Version, VersionFacts]] = {f.version: f for f in (FACTS_0_5_2, FACTS_0_5_23)}
 
+EVERY_RANK: Final = frozenset({"sglang:num_bootstrap_failed_reqs_total", "sglang:num_transfer_failed_reqs_total"})
+"""The counters every TP rank of a server increments, once each per failed request, in its own series (label
+`tp_rank`): with --enable-metrics each scheduler rank builds a collector (0.5.2
+managers/scheduler_metrics_mixin.py:52-62 `init_metrics`; 0.5.23 observability/metrics_collector.py:1375-1404
+`SchedulerMetricsCollector.init_new`), the KV polls are all-reduced over the attention-TP group so every rank sees
+the same failure (0.5.2 disaggregation/utils.py:39 `poll_and_all_reduce`), and the increments are gated by
+`enable_metrics` alone, not by the rank (0.5.2 disaggregation/prefill.py:243 `pop_bootstrapped`, :529
+`process_disagg_prefill_inflight_queue`, decode.py:339 `_update_handshake_waiters`, :602 `pop_transferred`; 0.5.23
+disaggregation/prefill.py:1311 `handle_inflight_transfer_failure`, :1376 `handle_bootstrap_failure`, decode.py:1176
+`_update_handshake_waiters`, :2826 `_record_transfer_failure`, :3372 `_handle_kv_checksum_mismatch`). A tp8 server
+with N failed requests so exports eight series of N. The emulator exports its other scheduler metrics for tp_rank 0
+only."""
+
 # Histogram buckets, identical in both releases (0.5.2 collector.py:741-784, 0.5.23 metrics_collector.py:1965-2038).
 TTFT_BUCKETS: Final = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS: Final = (*TTFT_BUCKETS, 600, 1200, 1800, 2400)

@@ -2,12 +2,15 @@
 
 A private registry per server; `_created` samples are disabled because SGLang exports through prometheus_client's
 multiprocess collector, which has none. Every family is created with its base label values at start-up so a scraper
-sees zeros before the first request (SGLang creates some children lazily; the values are the same).
+sees zeros before the first request (SGLang creates some children lazily; the values are the same). The counters of
+`facts.EVERY_RANK` have one series per TP rank of this process, each incremented for every failed request, as every
+rank of a real server counts them; every other scheduler metric is tp_rank 0's.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +44,17 @@ class Labels:
 class Metrics:
     """The server's metrics; `observe_*` methods record what happened, named after SGLang's collector methods."""
 
-    def __init__(self, version_facts: VersionFacts, served_model_name: str, disaggregation_mode: str) -> None:
+    def __init__(
+        self,
+        version_facts: VersionFacts,
+        served_model_name: str,
+        disaggregation_mode: str,
+        tp_ranks: Sequence[int] = (0,),
+    ) -> None:
+        """`tp_ranks`: the TP ranks whose schedulers run in this process (a node's share of the server): each one
+        exports its own series of the `facts.EVERY_RANK` counters."""
         self.facts = version_facts
+        self.tp_ranks = tuple(str(rank) for rank in tp_ranks) or ("0",)
         self.registry = CollectorRegistry(auto_describe=True)
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(disaggregation_mode, "unified")
         if version_facts.version == "0.5.2":
@@ -76,7 +88,10 @@ class Metrics:
         else:
             buckets = _BUCKETS.get(metric.defined_as, facts.TTFT_BUCKETS)
             created = Histogram(metric.defined_as, doc, labelnames=names, buckets=buckets, registry=self.registry)
-        if not metric.extra_labels:
+        if metric.defined_as in facts.EVERY_RANK:
+            for rank in self.tp_ranks:
+                created.labels(**{**self._base(metric), "tp_rank": rank})
+        elif not metric.extra_labels:
             created.labels(**self._base(metric))
         elif metric.extra_labels == ("is_streaming",):
             for value in ("false", "true"):
@@ -167,11 +182,17 @@ class Metrics:
         if self.has("sglang:spec_accept_rate") and self._spec_proposed:
             self._child("sglang:spec_accept_rate").set(self._spec_drafts / self._spec_proposed)
 
+    def _every_rank(self, name: str) -> None:
+        """One failed request, counted by every TP rank's collector (see `facts.EVERY_RANK`)."""
+        metric = next(m for m in self.facts.metrics if m.defined_as == name)
+        for rank in self.tp_ranks:
+            self._metrics[name].labels(**{**self._base(metric), "tp_rank": rank}).inc()
+
     def increment_bootstrap_failed_reqs(self) -> None:
-        self._child("sglang:num_bootstrap_failed_reqs_total").inc()
+        self._every_rank("sglang:num_bootstrap_failed_reqs_total")
 
     def increment_transfer_failed_reqs(self) -> None:
-        self._child("sglang:num_transfer_failed_reqs_total").inc()
+        self._every_rank("sglang:num_transfer_failed_reqs_total")
 
     def observe_kv_transfer(self, *, speed_gb_s: float, latency_ms: float, bootstrap_ms: float | None) -> None:
         """Prefill side, per finished transfer: 0.5.2 keeps the last value in gauges, 0.5.23 histograms."""

@@ -523,3 +523,189 @@ def test_a_container_with_only_a_liveness_probe_is_ready_once_it_runs(tmp_path: 
 
     took = asyncio.run(run())
     assert took < 3, "ready before the liveness probe's first run (initialDelaySeconds 3)"
+
+
+# ---- the runner's stop: nothing of a pod outlives it -------------------------------------------------------------
+
+
+class DeletingApi(StatusApi):
+    """A StatusApi for pods of several names (uid `<namespace>/<name>`, pod IP kept as the API server would) that also
+    records the final deletes a worker sends."""
+
+    def __init__(self, ips: dict[str, str]) -> None:
+        super().__init__("")
+        self.ips = ips
+        self.deletes: list[str] = []
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append(patch)
+        status = {"phase": "Running", "podIP": self.ips[name], **patch["status"]}
+        return {"metadata": {"uid": f"{namespace}/{name}"}, "status": status}
+
+    def delete_pod_now(self, namespace: str, name: str, uid: str) -> bool:
+        self.deletes.append(name)
+        return True
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as free:
+        free.bind((host, 0))
+        port: int = free.getsockname()[1]
+    return port
+
+
+def _stubborn_pod(name: str, ip: str, markers: Path, prestop: int | None) -> dict[str, Any]:
+    """A running pod whose only container ignores SIGTERM (as a server in a long drain), with a preStop pause or not."""
+    port = _free_port(ip)
+    spec: dict[str, Any] = {
+        "name": "server",
+        "command": ["fakeserver", "http", "--port", str(port), "--ignore-sigterm"],
+        "env": [{"name": "MARKER_DIR", "value": str(markers)}, {"name": "POD_NAME", "value": name}],
+        "ports": [{"containerPort": port}],
+    }
+    if prestop is not None:
+        spec["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(prestop)]}}}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"ns/{name}"},
+        "spec": {"terminationGracePeriodSeconds": 120, "containers": [spec]},
+        "status": {"phase": "Running", "podIP": ip},
+    }
+
+
+def _deleting(pod: dict[str, Any]) -> dict[str, Any]:
+    metadata = {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 120}
+    return {**pod, "metadata": metadata}
+
+
+def _marks(markers: Path, pod: str) -> list[str]:
+    path = markers / f"{pod}.events"
+    return path.read_text().split("\n")[:-1] if path.exists() else []
+
+
+async def _until(what: str, check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _listening(ip: str, pod: dict[str, Any]) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex((ip, pod["spec"]["containers"][0]["ports"][0]["containerPort"])) == 0
+
+
+def test_runner_stop_kills_pods_in_their_prestop_pause_or_drain_and_starts_nothing(tmp_path: Path) -> None:
+    """Issue 29: pods deleted just before the runner stops (the demo's rollout retires a revision) are in their
+    preStop pause (60 s here) or in a drain that ignores SIGTERM (grace period 120 s). The runner's stop must end
+    both within its own shutdown grace period, by SIGKILL, wait for them, restart nothing and leave the table empty;
+    before the fix the pause went on, the fallback reap killed the processes, their containers restarted at once and
+    the new processes outlived the runner, unrecorded."""
+    from e2e.serving.runner import Runner
+    from e2e.serving.tests.launcher import FakeServerLauncher
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    pods = {
+        "paused": _stubborn_pod("paused", "127.98.0.9", markers, prestop=60),
+        "draining": _stubborn_pod("draining", "127.98.0.10", markers, prestop=None),
+    }
+    api = DeletingApi({name: pod["status"]["podIP"] for name, pod in pods.items()})
+    runner = Runner(api, FakeServerLauncher(), tmp_path / "state", Settings(shutdown_grace=1.0))  # type: ignore[arg-type]
+
+    async def run() -> tuple[dict[str, int], float]:
+        for pod in pods.values():
+            runner._add_worker(pod)
+        await _until("both servers listening", lambda: all(_listening(p["status"]["podIP"], p) for p in pods.values()))
+        pids = {r.pod: r.pid for r in runner.table.load()}
+        assert set(pids) == set(pods)
+        for pod in pods.values():
+            runner.workers[pod["metadata"]["uid"]].update(_deleting(pod))
+        await _until(
+            "the drain to begin", lambda: any(m.startswith("sigterm-ignored") for m in _marks(markers, "draining"))
+        )
+        await asyncio.sleep(0.5)
+        assert not any(m.startswith("sigterm") for m in _marks(markers, "paused")), "still in its preStop pause"
+        assert all(alive(pid) for pid in pids.values())
+        started = time.monotonic()
+        await runner._shutdown()
+        took = time.monotonic() - started
+        await asyncio.sleep(1.0)  # the loop lives on a little (the runner drains its Events): no restart meanwhile
+        return pids, took
+
+    pids, took = asyncio.run(run())
+    assert took < 8, f"the stop took {took:.1f}s: the pause or the drain was not cut short"
+    assert not any(alive(pid) for pid in pids.values()), pids
+    for name in pods:
+        assert [m for m in _marks(markers, name) if m.startswith("start")] == [f"start {pids[name]}"], "restarted"
+    assert runner.table.load() == []
+    assert api.deletes == [], "a pod being deleted is left for the next runner to finalise"
+
+
+def test_no_container_restarts_once_the_runner_stops(tmp_path: Path) -> None:
+    """A container whose process ends while the runner is stopping (killed by its fallback reap, say) is not
+    started again: a process the runner does not know of would outlive it."""
+    from e2e.serving.tests.launcher import FakeServerLauncher
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    pod = _stubborn_pod("crashing", "127.98.0.11", markers, prestop=None)
+    api = DeletingApi({"crashing": "127.98.0.11"})
+    table = ProcessTable(tmp_path / "processes.json")
+    runtime = Runtime(
+        api,  # type: ignore[arg-type]
+        FakeServerLauncher(),
+        EventRecorder(api),  # type: ignore[arg-type]
+        table,
+        tmp_path / "logs",
+        Settings(backoff_initial=0.1),
+    )
+
+    async def run() -> int:
+        worker = PodWorker(runtime, pod)
+        worker.start()
+        try:
+            await _until("the server to listen", lambda: _listening("127.98.0.11", pod))
+            (record,) = table.load()
+            runtime.stopping = True
+            os.kill(record.pid, signal.SIGKILL)
+            await _until("the exit to be seen", lambda: table.load() == [])
+            await asyncio.sleep(1.0)  # the first restart after a crash is immediate
+            return record.pid
+        finally:
+            worker.shutdown(1.0)
+            await worker.wait()
+
+    pid = asyncio.run(run())
+    assert [m for m in _marks(markers, "crashing") if m.startswith("start")] == [f"start {pid}"]
+    assert table.load() == []
+
+
+def test_a_recycled_pid_in_the_table_is_left_alone(tmp_path: Path) -> None:
+    """What a runner does on start (and `stop_runner` after it): stop what the table records, but only processes it
+    started. A record whose pid now belongs to another process (another start time) is dropped, that process is not
+    signalled; a record that still is the process it started is stopped, its whole session with it."""
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    ours = _session_with_child()
+    try:
+        mine = _record(ours)
+        ticks = start_ticks(stranger.pid)
+        assert ticks is not None
+        # The pid of an earlier container that exited; the kernel gave it to `stranger` since.
+        recycled = ProcessRecord(
+            stranger.pid, ticks - 1, ["python", "-m", "e2e.serving.emulator"], "u-0", "ns", "old", "c"
+        )
+        table = ProcessTable(tmp_path / "processes.json")
+        table.replace([recycled, mine])
+        said: list[str] = []
+        stopped = reap_stale(table, grace=0.5, say=said.append)
+        assert stopped == [mine]
+        assert stranger.poll() is None and alive(stranger.pid), "a recycled pid must never be signalled"
+        assert ours.wait(timeout=5) is not None
+        assert ProcessTable(table.path).load() == []
+        assert not any(str(stranger.pid) in line for line in said)
+    finally:
+        for proc in (stranger, ours):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -107,9 +107,10 @@ SPECULATIVE_FIELDS: Final = (
     DRAFT_KV_CACHE_DTYPE,
 )
 """Every field a pool may override, in the models' order."""
-SHARED_ONLY_SPECULATIVE_FIELDS: Final = ("token_map", "transfer_draft_probs")
+SHARED_ONLY_SPECULATIVE_FIELDS: Final = ("token_map", "transfer_draft_probs", "expected_accept_length")
 """SpeculativeSpec fields no pool overrides, so both pools render the one value: `token_map` (the draft's reduced
-vocabulary, which prefill's first draft token and decode's drafts must index alike)."""
+vocabulary, which prefill's first draft token and decode's drafts must index alike); `expected_accept_length` is not
+rendered at all (only the operator's SpecDecodeHealthy judges against it)."""
 
 
 @dataclass(frozen=True)

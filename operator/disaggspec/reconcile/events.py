@@ -1,4 +1,5 @@
-"""Which Events a pass emits: one per transition of the status it just wrote, never on a resync that changed nothing.
+"""Which Events a pass emits: one per transition of the status it just wrote, never on a resync that changed nothing,
+plus one `ForeignEditReverted` per child whose conflicting foreign fields the pass removed (`childrepair`).
 
 `transitions` compares the status as last written with the new one (both the typed model) and returns the Events
 to emit, in order; the reconciler emits them only after its status write succeeded (as JobSet does), so a failed
@@ -76,6 +77,7 @@ def transitions(
         events.append(Event(r.EVENT_SPEC_REJECTED, rejection.text))
     if consistent.reason == r.CONSISTENT_RENDER_FAILED.reason and was_consistent != consistent.message:
         events.append(Event(r.EVENT_RENDER_FAILED, consistent.message or ""))
+    events.extend(Event(r.EVENT_FOREIGN_EDIT_REVERTED, repair.message) for repair in result.repaired)
     if result.changed and not result.rolled_back:
         events.append(Event(r.EVENT_CHILDREN_APPLIED, f"applied {result.applied}, pruned {result.pruned}"))
     progressing = after[c.CONDITION_PROGRESSING]

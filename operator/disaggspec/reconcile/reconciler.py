@@ -233,7 +233,7 @@ class Reconciler:
             confirmed=confirmed,
             previous=status.parse_previous(body.get("status")),
             live=live,
-            revisions=rollout.observe(name, live),
+            revisions=self._with_router_pods(namespace, name, rollout.observe(name, live)),
             denied=namespace in self.config.denied_namespaces,
         )
         try:
@@ -261,6 +261,29 @@ class Reconciler:
             desired=desired,
             missing_api=guards.missing_api(service, desired, self.availability),
         )
+
+    def _with_router_pods(
+        self, namespace: str, name: str, revisions: Mapping[str, rollout.LiveRevision]
+    ) -> Mapping[str, rollout.LiveRevision]:
+        """`revisions`, with the routers being retired on an API server that counts no terminating pods (before
+        Kubernetes 1.35) counted from a LIST of the service's router pods (`rollout.router_pods_needed`): the pools
+        of a retiring revision go when its last router pod is gone, as with status.terminatingReplicas, not after a
+        fixed wait. No LIST otherwise; a LIST the API server refuses leaves the fixed wait."""
+        needed = rollout.router_pods_needed(revisions)
+        if not needed:
+            return revisions
+        query = {"labelSelector": f"{c.LABEL_SERVICE}={name},{c.LABEL_ROLE}={c.ROLE_ROUTER}"}
+        try:
+            listed = self.client.request("GET", f"/api/v1/namespaces/{namespace}/pods", query=query)
+        except apply.ApiError as error:
+            log.warning(
+                "%s/%s: cannot list the router pods (%s): a retiring revision waits its fixed time",
+                namespace,
+                name,
+                error,
+            )
+            return revisions
+        return rollout.with_router_pods(revisions, needed, listed.get("items") or [])
 
     def _bug(self, outcome: Outcome, error: Exception, stage: str) -> str:
         """Count and log (with the traceback, once per message) an exception of a pure stage; returns the message."""
@@ -379,7 +402,9 @@ class Reconciler:
                 self.forget(namespace, name)
                 return None
             self.services.put(updated)
-        metrics.TALLY.record(f"{namespace}/{name}", {cond.type: cond.status for cond in new.conditions})
+        statuses: dict[str, str] = {cond.type: cond.status for cond in new.conditions}
+        metrics.TALLY.record(f"{namespace}/{name}", statuses)
+        metrics.record_runtime_conditions(namespace, name, statuses)
         pools = {role: getattr(new, role) for role in c.ROLES}
         metrics.record_pool_replicas(
             namespace, name, {role: (pool.replicas or 0, pool.ready_replicas or 0) for role, pool in pools.items()}

@@ -9,6 +9,33 @@ of the spec alone (no status feeding back into the children) and a revision chan
 edit: the old pods keep serving from their revision while the new ones wait for theirs. With a hostPath (node-local)
 cache a single Job would fill one arbitrary node, so each pool pod fills its own node's directory in an init container
 instead (concurrent pods on a node share huggingface_hub's file locks; the marker makes a warm node skip it).
+
+The servers mount the cache read-only, so nothing they write may fall under HF_HOME. Offline, with the pinned
+transformers and huggingface_hub of both releases (0.5.2: transformers 4.56.1, huggingface_hub 0.36.2; 0.5.23:
+transformers 5.19.0, huggingface_hub 2.4.0, the versions of images/sglang/tests/requirements-*.txt), one thing is
+written there:
+
+- Remote code (`trustRemoteCode`, a config.json with `auto_map`, as DeepSeek-V3/R1 and Kimi-K2 have):
+  transformers `dynamic_module_utils.get_cached_module_file` copies the repo's module files into
+  `HF_MODULES_CACHE/transformers_modules/...` through `create_dynamic_module` and `init_hf_modules` (makedirs, an
+  `__init__.py`), and `transformers/utils/hub.py` defaults `HF_MODULES_CACHE` to `$HF_HOME/modules`. On a read-only
+  HF_HOME the server fails at start. So the pools get `HF_MODULES_CACHE` on an emptyDir outside HF_HOME
+  (`MODULES_CACHE_PATH`): the copy is rebuilt from the cached repo at every start, a few files.
+
+Read but never written offline, so they stay on the read-only mount:
+
+- huggingface_hub `file_download._hf_hub_download_to_cache_dir`: with HF_HUB_OFFLINE the metadata call is replaced by
+  `OfflineModeIsEnabled` (`_get_metadata_or_catch_error`), the function returns the cached snapshot file (reading
+  `refs/<revision>`) before it ever builds a `.locks/` lock or a blob; `.no_exist/` entries are written only after an
+  online HEAD. `_snapshot_download.snapshot_download` offline only reads `refs/` and returns the snapshot folder.
+- `HF_TOKEN_PATH` (`$HF_HOME/token`) and `stored_tokens` are read by `utils._auth.get_token`, written only by `hf auth
+  login`; the xet cache (`HF_XET_CACHE`, `$HF_HOME/xet`) is written by xet downloads only; the assets cache
+  (`HF_ASSETS_CACHE`) only by callers of `cached_assets_path`, which neither transformers nor SGLang is.
+- huggingface_hub 2.4.0's agent registry (`utils/_detect_agent.py`, `$HF_HOME/.agent_harnesses.json`) is fetched and
+  written only when not offline (`_fetch_registry` returns None under HF_HUB_OFFLINE), and a failed write is ignored;
+  the CLI's update stamps (`.check_for_update_done`) belong to the `hf` command, which the servers do not run.
+- SGLang's own download lock (`model_loader/weight_utils.get_lock`) lives in `tempfile.gettempdir()` unless
+  `--download-dir` is given, not under HF_HOME.
 """
 
 from __future__ import annotations
@@ -24,9 +51,16 @@ from disaggspec.render import names
 
 MODEL_CACHE_PATH: Final = "/model-cache"
 """Where the model cache is mounted; HF_HOME points here."""
+MODULES_CACHE_PATH: Final = "/hf-modules"
+"""Where the pools' HF_MODULES_CACHE (transformers' copy of a repo's remote code) lives: an emptyDir, outside HF_HOME
+because HF_HOME is the read-only model cache."""
+MODULES_CACHE_SIZE: Final = "64Mi"
+"""The emptyDir's size limit: remote code is Python source (DeepSeek-V3's two modules are about 100 KB) and its
+bytecode; a bound keeps a runaway writer from filling the node's disk."""
 COMPILE_CACHE_PATH: Final = "/compile-cache"
 """Where the compile cache is mounted; the JIT cache variables point below it."""
 MODEL_CACHE_VOLUME: Final = "model-cache"
+MODULES_CACHE_VOLUME: Final = "hf-modules"
 COMPILE_CACHE_VOLUME: Final = "compile-cache"
 CACHE_ROLE: Final = "model-cache"
 """The role (and component) label of the fill Job and its pod."""
@@ -208,7 +242,11 @@ def pool_env(service: DisaggSpecService) -> list[dict[str, Any]]:
     spec = service.spec
     out: list[dict[str, Any]] = []
     if spec.model.cache is not None:
-        out += [{"name": "HF_HOME", "value": MODEL_CACHE_PATH}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+        out += [
+            {"name": "HF_HOME", "value": MODEL_CACHE_PATH},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "HF_MODULES_CACHE", "value": MODULES_CACHE_PATH},
+        ]
     if spec.engine.compile_cache is not None:
         base = COMPILE_CACHE_PATH
         # Named one by one rather than XDG_CACHE_HOME or a mount on ~/.cache: those would also move HF_HOME's default
@@ -228,13 +266,16 @@ def pool_env(service: DisaggSpecService) -> list[dict[str, Any]]:
 
 def pool_volumes(service: DisaggSpecService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The cache volumes of a pool pod and the SGLang container's mounts of them. The server mounts the model cache
-    read-only: offline, it only reads, and a bug cannot corrupt what every pod shares."""
+    read-only: offline, it only reads, and a bug cannot corrupt what every pod shares. The one thing it writes below
+    HF_HOME otherwise, transformers' copy of remote code, goes to an emptyDir instead (see the module docstring)."""
     spec = service.spec
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if spec.model.cache is not None:
         volumes.append({"name": MODEL_CACHE_VOLUME, **_source(spec.model.cache)})
         mounts.append({"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_PATH, "readOnly": True})
+        volumes.append({"name": MODULES_CACHE_VOLUME, "emptyDir": {"sizeLimit": MODULES_CACHE_SIZE}})
+        mounts.append({"name": MODULES_CACHE_VOLUME, "mountPath": MODULES_CACHE_PATH})
     if spec.engine.compile_cache is not None:
         volumes.append({"name": COMPILE_CACHE_VOLUME, **_source(spec.engine.compile_cache)})
         mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": COMPILE_CACHE_PATH})

@@ -9,9 +9,16 @@ kubelet's timeout. The startup probe allows `startup_seconds` before the kubelet
 A multi-node server's workers (LeaderWorkerSet groups) serve no API: they get a startup probe on the dummy /health
 their release starts once the ranks are up, and the same liveness probe (`worker_probes`); readiness is the leader's.
 
-Shutdown: a preStop pause (`prestop_seconds`) while the pod, already marked for deletion, leaves the Service's
-endpoints and the router's pod watch; then SIGTERM, on which SGLang drains (it fails /health and /ready, keeps serving
-what still arrives, and exits once no request is left); SIGKILL at terminationGracePeriodSeconds = drainSeconds.
+Shutdown: a short preStop pause (`prestop_seconds`), then SIGTERM, on which SGLang drains (it fails /health and
+/ready, keeps serving what still arrives, and exits once no request is left); SIGKILL at
+terminationGracePeriodSeconds = drainSeconds. Both routers drop a pool pod as soon as its deletionTimestamp is set,
+not when it turns unready: sglang-router 0.1.9 on the watch event (`service_discovery.rs`: a pod with
+`deletion_timestamp` goes to `handle_pod_deletion`, which removes its worker), smg 1.13.0 on its next reconcile, one
+second after the event (`service_discovery/kubernetes.rs`: a terminating pod leaves the desired set "so their workers
+drain at the start of the grace period"). A pause timed for a readiness-only consumer (probe period x failures) bought
+nothing and delayed every removal by 35 s. What the pause still covers: requests a router chose just before it saw the
+deletion, still on their way, and SGLang's own drain check (`sigterm_watchdog`, both releases: it looks at the request
+count every 5 s once SIGTERM set `gracefully_exit`, and exits at the first look that finds none).
 
 The Deployment's progress deadline is `startup_seconds + drain_seconds + ROLLOUT_MARGIN_SECONDS`: with maxSurge 0 a
 rollout replaces one pod at a time, and each step may wait for the old pod's drain (its GPUs), then pull and start the
@@ -44,8 +51,10 @@ LIVENESS_FAILURES: Final = 4
 CHEAP_PROBE_TIMEOUT: Final = 5
 HEALTH_TIMEOUT_MARGIN: Final = 5
 """Seconds a /health probe waits beyond SGLang's own health window."""
-PRESTOP_SECONDS: Final = PROBE_PERIOD * READINESS_FAILURES + 5
-"""The preStop pause: a few seconds longer than a readiness-only consumer needs to see a failing pod go unready."""
+PRESTOP_SECONDS: Final = 5
+"""The pool preStop pause: smg's one-second reconcile delay after the watch event, plus the requests a router
+dispatched before it dropped the pod (see the module docstring). The pool Services are headless (no kube-proxy
+rules), and an EndpointSlice marks a terminating pod not ready at once, so no other consumer needs longer."""
 ROUTER_PRESTOP_SECONDS: Final = 10
 """The router's preStop pause: kube-proxy on every node drops it from the router Service first."""
 ROUTER_GONE_MARGIN_SECONDS: Final = 5

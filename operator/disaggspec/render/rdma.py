@@ -18,6 +18,21 @@ from disaggspec.sglang.args import gpu_key_order
 UCX_DEFAULT_PORT = 1
 
 
+def nccl_ib_hca(names: list[str]) -> str:
+    """NCCL_IB_HCA naming exactly `names`. NCCL reads each token as a name *prefix* unless the list starts with `=`
+    (NCCL docs, Environment Variables, NCCL_IB_HCA: "mlx5_1" alone also selects mlx5_10 to mlx5_19; `^` excludes,
+    `:N` names a port; src/transport/net_ib.cc strips a leading `^`, then `=`, and matches with strcmp instead of a
+    prefix strncmp): a node with mlx5_1 and mlx5_10 would otherwise put mlx5_10 in the pool's collectives too."""
+    return "=" + ",".join(names)
+
+
+def ucx_net_devices(names: list[str]) -> str:
+    """UCX_NET_DEVICES naming exactly `names` with their port: UCX matches each entry against `device:port` as a
+    whole (ucs_config_names_search, fnmatch without wildcards here), so `mlx5_1:1` never selects mlx5_10; a name
+    that already carries a port (`mlx5_0:2`) keeps it."""
+    return ",".join(d if ":" in d else f"{d}:{UCX_DEFAULT_PORT}" for d in names)
+
+
 def devices(rdma: RdmaSpec) -> list[str]:
     """Every InfiniBand device a pod may use, in first-seen order (from the list or the per-GPU map)."""
     if rdma.ib_devices_per_gpu:
@@ -36,11 +51,11 @@ def env(transfer: TransferSpec) -> list[dict[str, Any]]:
     # With Auto the wrapper exports the device env it computes at start; these are a Static mapping's.
     names = devices(rdma) if rdma.effective_mapping() == "Static" else []
     if names:
-        out.append({"name": "NCCL_IB_HCA", "value": ",".join(names)})
+        out.append({"name": "NCCL_IB_HCA", "value": nccl_ib_hca(names)})
         # nixl on a release that reads the per-GPU map (0.5.23; the map is refused on 0.5.2) ignores that map when
         # UCX_NET_DEVICES is set (0.5.23 disaggregation/nixl/conn.py:564-572), so a map leaves it unset.
         if transfer.backend == "nixl" and not rdma.ib_devices_per_gpu:
-            out.append({"name": "UCX_NET_DEVICES", "value": ",".join(f"{d}:{UCX_DEFAULT_PORT}" for d in names)})
+            out.append({"name": "UCX_NET_DEVICES", "value": ucx_net_devices(names)})
     if rdma.gid_index is not None:
         out.append({"name": "NCCL_IB_GID_INDEX", "value": str(rdma.gid_index)})
         # Mooncake's transfer engine reads its RoCE GID index from MC_GID_INDEX.

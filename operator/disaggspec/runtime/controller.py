@@ -111,6 +111,7 @@ class Controller:
             services=self.services.keys,
             requeue=self.requeue,
             is_leader=self.is_leader,
+            lookup=self.services.get,
         )
         """Measures the serving pods' runtime health (SpecDecodeHealthy, TransferHealthy); started with the workers."""
         self.webhook_server: ConfiguringWebhookServer | None = None

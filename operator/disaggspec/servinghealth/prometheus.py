@@ -7,12 +7,24 @@ Deployments `NAME-prefill-<revision>` and `NAME-decode-<revision>` (8 hex charac
 `pod=~"NAME-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"` takes them, of every revision, and no other
 service's (a service named `NAME-decode` has pods `NAME-decode-decode-...`, one more dash). A multi-node pool's
 LeaderWorkerSet `NAME-prefill-<revision>` names its group leaders `NAME-prefill-<revision>-<group>` (the second
-branch); its workers (`...-<group>-<worker>`) may match the first branch, but export no serving metrics (SGLang
-records them on the attention-TP rank-0 scheduler, on the leader: 0.5.2 sglang/srt/managers/scheduler.py:2484, 0.5.23
-scheduler.py:828-832), so they add no series. Counters are read with
-`increase(...[W])` and the accept-length gauge with `avg_over_time(...[W])` (idle time weighs as much as busy time
-there, unlike the scrape source; the gauge only moves under traffic, so its value at idle is the last busy
-interval's).
+branch) and its workers `NAME-prefill-<revision>-<group>-<worker>`, worker >= 1 (LeaderWorkerSet v0.9.0
+pkg/controllers/pod_controller.go `constructWorkerStatefulSetApplyConfiguration`: a StatefulSet named after the leader
+pod, ordinals from 1). The workers match the first branch, so a second matcher excludes them
+(`pod!~"NAME-(prefill|decode)-<revision>-[0-9]+-[0-9]{1,4}"`): a worker node serves SGLang's dummy health server with
+the metrics exporter of its own scheduler ranks (0.5.2 entrypoints/engine.py:805-820, utils.py:2069-2089
+`launch_dummy_health_check_server`), and those ranks count every failed request too (see `samples`), so a tp16
+server over two pods would count each failure sixteen times. The leader speaks for the server. The exclusion never
+takes a Deployment's pod, whose name ends in exactly five random characters (Kubernetes apiserver
+pkg/storage/names/generate.go, `randomLength = 5`; all digits now and then), while a worker index has at most four
+digits in any group of fewer than 10000 nodes.
+
+Counters are read with `increase(...[W])` and the accept-length gauge with `avg_over_time(...[W])` (idle time weighs
+as much as busy time there, unlike the scrape source; the gauge only moves under traffic, so its value at idle is the
+last busy interval's). The failure counters are counted by every TP rank of a server (`samples`), so each rank's
+bootstrap plus transfer increase is taken and the largest per pod (`max by (pod)`), not their sum. The per-rank sum
+is `B + T or B or T`: `increase()` drops the metric name, so a rank's two counters have one label set (one selector
+for both names would be refused: "vector cannot contain metrics with the same labelset"), and a rank that has never
+counted one of them does not export it (SGLang's multiprocess client has no series for a child never incremented).
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ SIGNALS: Final = ("accept_length", "verify_calls", "generation_tokens", "request
 """One instant query each, per service."""
 
 _POD_SUFFIX: Final = "-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"
+_WORKER_SUFFIX: Final = "-[0-9a-f]{8}-[0-9]+-[0-9]{1,4}"
+"""A LeaderWorkerSet worker pod: `<revision>-<group>-<worker>` (never a Deployment's pod: see the module docstring)."""
 
 
 def _quote(value: str) -> str:
@@ -40,8 +54,8 @@ def _quote(value: str) -> str:
 
 def selector(namespace: str, service: str, roles: tuple[str, ...]) -> str:
     """The label matchers of one service's pods of `roles`."""
-    pods = f"{re.escape(service)}-({'|'.join(roles)}){_POD_SUFFIX}"
-    return f"namespace={_quote(namespace)},pod=~{_quote(pods)}"
+    prefix = f"{re.escape(service)}-({'|'.join(roles)})"
+    return f"namespace={_quote(namespace)},pod=~{_quote(prefix + _POD_SUFFIX)},pod!~{_quote(prefix + _WORKER_SUFFIX)}"
 
 
 @dataclass(frozen=True)
@@ -55,13 +69,14 @@ def queries(namespace: str, service: str, settings: HealthSettings) -> list[Quer
     window = f"[{int(settings.window_seconds)}s]"
     decode = selector(namespace, service, (c.ROLE_DECODE,))
     pools = selector(namespace, service, c.POOLS)
-    failed = f'__name__=~"{re.escape(s.BOOTSTRAP_FAILED)}|{re.escape(s.TRANSFER_FAILED)}"'
+    bootstrap = f"increase({s.BOOTSTRAP_FAILED}{{{pools}}}{window})"
+    transfer = f"increase({s.TRANSFER_FAILED}{{{pools}}}{window})"
     return [
         Query("accept_length", f"avg by (pod) (avg_over_time({s.ACCEPT_LENGTH}{{{decode}}}{window}))"),
         Query("verify_calls", f"sum by (pod) (increase({s.VERIFY_CALLS}{{{decode}}}{window}))"),
         Query("generation_tokens", f"sum by (pod) (increase({s.GENERATION_TOKENS}{{{decode}}}{window}))"),
         Query("requests", f"sum by (pod) (increase({s.REQUESTS}{{{pools}}}{window}))"),
-        Query("failures", f"sum by (pod) (increase({{{failed},{pools}}}{window}))"),
+        Query("failures", f"max by (pod) ({bootstrap} + {transfer} or {bootstrap} or {transfer})"),
     ]
 
 
@@ -70,7 +85,7 @@ class BadAnswer(ValueError):
 
 
 def per_pod(answer: Mapping[str, Any]) -> dict[str, float]:
-    """pod -> value of one `/api/v1/query` answer (a vector `sum by (pod)`)."""
+    """pod -> value of one `/api/v1/query` answer (a vector `sum by (pod)` or `max by (pod)`)."""
     if answer.get("status") != "success":
         raise BadAnswer(f"{answer.get('errorType', 'error')}: {answer.get('error', 'no error text')}")
     data = answer.get("data") or {}
@@ -87,7 +102,8 @@ def per_pod(answer: Mapping[str, Any]) -> dict[str, float]:
 
 def _role(service: str, pod: str) -> Role | None:
     for role in c.POOLS:
-        if re.fullmatch(f"{re.escape(service)}-{role}{_POD_SUFFIX}", pod):
+        prefix = f"{re.escape(service)}-{role}"
+        if re.fullmatch(prefix + _POD_SUFFIX, pod) and not re.fullmatch(prefix + _WORKER_SUFFIX, pod):
             return role
     return None
 

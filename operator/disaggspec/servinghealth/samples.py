@@ -6,8 +6,22 @@ mean tokens per verify step over the scheduler's last decode log interval, 0.5.2
 :202-207), `sglang:spec_accept_rate` (gauge, 0.5.23 :518 only), `sglang:spec_verify_calls_total` (counter, 0.5.23
 :1866 only), `sglang:generation_tokens_total` and `sglang:num_requests_total` (counters, 0.5.2 :630/:693, 0.5.23
 :1861/:1941), `sglang:num_bootstrap_failed_reqs_total` and `sglang:num_transfer_failed_reqs_total` (counters, 0.5.2
-:281/:286, 0.5.23 :668/:673). Every series of a name is summed (counters: labels such as `is_streaming`, `tp_rank`)
-or averaged (the accept gauges). None means the pod does not export the name (its release has no such metric).
+:281/:286, 0.5.23 :668/:673). The request counters are summed over their series (labels such as `is_streaming`) and
+the accept gauges averaged. None means the pod does not export the name (its release has no such metric).
+
+The two failure counters are read per server, not per rank: the largest of the pod's series. Every TP rank of a
+server builds its own collector with --enable-metrics (0.5.2 managers/scheduler_metrics_mixin.py:52-62
+`init_metrics`; 0.5.23 observability/metrics_collector.py:1375-1404 `SchedulerMetricsCollector.init_new`), label
+`tp_rank`, and counts every failed request after the KV poll has been all-reduced over the attention-TP group, gated
+by `enable_metrics` only (0.5.2 disaggregation/prefill.py:243 `pop_bootstrapped`, :529
+`process_disagg_prefill_inflight_queue`, decode.py:339 `_update_handshake_waiters`, :602 `pop_transferred`; 0.5.23
+disaggregation/prefill.py:1311 `handle_inflight_transfer_failure`, :1376 `handle_bootstrap_failure`, decode.py:1176
+`_update_handshake_waiters`, :2826 `_record_transfer_failure`): a tp8 server with N failures exports eight series of
+N, and their sum is 8N. Every rank sees the same count, so one rank would do; the maximum is taken rather than
+`tp_rank="0"` because it needs no rank to be present (a multi-node server's worker node holds ranks 8..15) and a
+scrape that lands between two ranks' increments reads the newer count. One attention-TP group spans the whole server
+because the operator refuses --enable-dp-attention, --dp-size and --pp-size (`disaggspec/sglang/flag_policy.py`); with
+attention data parallelism each DP group would count its own requests.
 """
 
 from __future__ import annotations
@@ -25,7 +39,9 @@ BOOTSTRAP_FAILED: Final = "sglang:num_bootstrap_failed_reqs_total"
 TRANSFER_FAILED: Final = "sglang:num_transfer_failed_reqs_total"
 
 _GAUGES: Final = (ACCEPT_LENGTH, ACCEPT_RATE)
-_COUNTERS: Final = (VERIFY_CALLS, GENERATION_TOKENS, REQUESTS, BOOTSTRAP_FAILED, TRANSFER_FAILED)
+_COUNTERS: Final = (VERIFY_CALLS, GENERATION_TOKENS, REQUESTS)
+PER_SERVER: Final = (BOOTSTRAP_FAILED, TRANSFER_FAILED)
+"""Counted by every TP rank: the pod's value is its largest series (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,7 @@ class PodSample:
         return (self.bootstrap_failed or 0.0) + (self.transfer_failed or 0.0)
 
 
-_WANTED: Final = frozenset(_GAUGES + _COUNTERS)
+_WANTED: Final = frozenset(_GAUGES + _COUNTERS + PER_SERVER)
 
 
 def parse(text: str) -> PodSample:
@@ -56,6 +72,7 @@ def parse(text: str) -> PodSample:
     lines, and a full parse of each scrape cost the operator's CPU (and the GIL) several times more."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    largest: dict[str, float] = {}
     samples = 0
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -72,8 +89,10 @@ def parse(text: str) -> PodSample:
         fields = rest.split()
         if not fields:
             raise ValueError(f"a sample without a value: {line[:80]!r}")
-        sums[name] += float(fields[0])
+        value = float(fields[0])
+        sums[name] += value
         counts[name] += 1
+        largest[name] = max(value, largest.get(name, value))
     if not samples:
         raise ValueError("no sample in the text: not a Prometheus exposition")
 
@@ -89,6 +108,6 @@ def parse(text: str) -> PodSample:
         verify_calls=total(VERIFY_CALLS),
         generation_tokens=total(GENERATION_TOKENS),
         requests=total(REQUESTS),
-        bootstrap_failed=total(BOOTSTRAP_FAILED),
-        transfer_failed=total(TRANSFER_FAILED),
+        bootstrap_failed=largest.get(BOOTSTRAP_FAILED),
+        transfer_failed=largest.get(TRANSFER_FAILED),
     )

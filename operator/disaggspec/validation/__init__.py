@@ -64,6 +64,7 @@ RULES: Final[tuple[Rule, ...]] = (
     versions.ROUTER_POLICY_SUPPORTED,
     speculative.NUM_DRAFT_TOKENS_CHAIN,
     speculative.NUM_DRAFT_TOKENS_REQUIRED,
+    speculative.EXPECTED_ACCEPT_LENGTH_REACHABLE,
     speculative.REJECTION_SAMPLING_TOPK,
     speculative.TRANSFER_DRAFT_PROBS_REJECTION,
     versions.REJECTION_SAMPLING_VERSION,

@@ -164,7 +164,7 @@ def _env_rule(rule_id: str, field: str, has: str, names: tuple[str, ...], what: 
 
 
 MODEL_CACHE_ENV_RULE: Final = _env_rule(
-    "model-cache-env", "spec.model.cache", "has(self.model.cache)", MODEL_CACHE_ENV, " and ".join(MODEL_CACHE_ENV)
+    "model-cache-env", "spec.model.cache", "has(self.model.cache)", MODEL_CACHE_ENV, ", ".join(MODEL_CACHE_ENV)
 )
 COMPILE_CACHE_ENV_RULE: Final = _env_rule(
     "compile-cache-env",

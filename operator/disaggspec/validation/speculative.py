@@ -19,6 +19,7 @@ from disaggspec.api.effective import (
     EffectiveSpeculative,
     PoolName,
     SpeculativeField,
+    effective_speculative_pair,
 )
 from disaggspec.api.v1alpha1 import DisaggSpecService, DisaggSpecServiceSpec
 from disaggspec.constants import POOLS
@@ -208,6 +209,42 @@ NUM_DRAFT_TOKENS_REQUIRED: Final = effective_rule(
     wire="numDraftTokens",
     holds=_tree_draft_tokens,
     cel=lambda p: f"{effective(p, EAGLE_TOPK)} == 1 || {is_set(p, NUM_DRAFT_TOKENS)}",
+)
+
+
+def _expected_accept_length_reachable(service: DisaggSpecService) -> Iterator[str]:
+    """Above 1 (1.0 would expect no draft token to be accepted: nothing to judge). A verify step accepts at most a
+    root-to-leaf chain of the draft tree, numSteps + 1 tokens with the bonus (0.5.23
+    sglang/srt/speculative/eagle_info.py `EagleVerifyInput.max_tree_depth`: spec_steps + 1 bounds `accept_index`),
+    and never more than numDraftTokens; an expectation above that can never be met, so the service would always
+    read as unhealthy."""
+    expected = service.spec.speculative.expected_accept_length
+    if expected is None:
+        return
+    eff = effective_speculative_pair(service)["decode"]
+    reachable = eff.num_steps + 1 if eff.num_draft_tokens is None else min(eff.num_steps + 1, eff.num_draft_tokens)
+    if not 1 < expected <= reachable:
+        yield "spec.speculative.expectedAcceptLength"
+
+
+def _expected_accept_length_cel() -> str:
+    steps = effective("decode", NUM_STEPS)
+    tokens = effective("decode", NUM_DRAFT_TOKENS, "0")
+    value = "self.speculative.expectedAcceptLength"
+    return (
+        f"!has({value}) || ({value} > 1.0 && {value} <= double({steps}) + 1.0 && "
+        f"(!{is_set('decode', NUM_DRAFT_TOKENS)} || {value} <= double({tokens})))"
+    )
+
+
+EXPECTED_ACCEPT_LENGTH_REACHABLE: Final = Rule(
+    "spec-expected-accept-length-reachable",
+    ("spec.speculative.expectedAcceptLength", "spec.speculative.numSteps", "spec.speculative.numDraftTokens"),
+    "spec.speculative.expectedAcceptLength must be above 1 and at most decode's numSteps + 1 (and its numDraftTokens): "
+    "a verify step accepts at most that many tokens, bonus included, and 1 means no draft token is ever accepted; "
+    "set it to what a benchmark of the pair measured",
+    _expected_accept_length_reachable,
+    Cel(DisaggSpecServiceSpec, _expected_accept_length_cel(), ".speculative.expectedAcceptLength"),
 )
 
 

@@ -7,6 +7,7 @@ persists nothing, so the many cases need no namespace each."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -14,7 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from disaggspec import constants as c
 from disaggspec.api import parse_service
+from disaggspec.config import OperatorConfig
+from disaggspec.render import render
 from disaggspec.validation import RULES_BY_ID, validate
 from e2e.support.fixtures import Cluster
 from tests.unit.dss_cases import EXAMPLES, IMMUTABLE_CASES, RULE_CASES, SCHEMA_CASES, VALID_CASES, Case, edited
@@ -161,3 +165,27 @@ def test_explain_shows_descriptions(crd: Cluster) -> None:
     assert "--speculative-eagle-topk" in out
     topk = " ".join(crd.kubectl("explain", "dss.spec.speculative.numDraftTokens").stdout.split())
     assert "numSteps + 1" in topk
+
+
+def test_env_names_the_api_server_accepts_are_admitted_and_rendered(crd: Cluster) -> None:
+    """Env names beyond C identifiers (my.dotted-name): the CRD admits what the API server accepts for a container
+    (printable ASCII but '=', KEP-4369, GA in 1.34), the rendered pool workloads pass the API server's own Pod
+    validation, and '=' is refused by both."""
+    case = next(case for case in VALID_CASES if case.name == "env-names-beyond-c-identifiers")
+    obj = case.manifest()
+    obj["metadata"]["namespace"] = "default"
+    admitted = _dry_run(crd, obj)
+    assert admitted.returncode == 0, admitted.stderr
+    pools = [
+        manifest
+        for manifest in render(parse_service(obj), OperatorConfig())
+        if manifest["kind"] == "Deployment" and manifest["metadata"]["labels"][c.LABEL_ROLE] in c.POOLS
+    ]
+    rendered = {e["name"] for manifest in pools for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert {"my.dotted-name", "MY-VAR", "1st var (x)"} <= rendered
+    for manifest in pools:
+        result = _dry_run(crd, manifest)
+        assert result.returncode == 0, result.stderr
+    refused = copy.deepcopy(pools[0])
+    refused["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "A=B", "value": "1"})
+    _assert_rejected(_dry_run(crd, refused), "printable ASCII characters other than '='")

@@ -15,7 +15,16 @@ import pytest
 from e2e.cluster import build
 from e2e.support.fixtures import Cluster
 from e2e.support.operator_process import OperatorProcess
-from e2e.support.workloads import CHILD_KINDS, child_names, condition, example, get, load, wait_ready
+from e2e.support.workloads import (
+    CHILD_KINDS,
+    child_names,
+    condition,
+    example,
+    get,
+    load,
+    provide_model_claim,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +53,7 @@ def test_a_multi_node_service_waits_for_the_leaderworkerset_api_and_then_applies
     cluster = without_lws
     obj = load(example("multinode"))
     name = obj["metadata"]["name"]
+    provide_model_claim(cluster, namespace, obj)  # the example ships a model cache on a claim
     cluster.kubectl("apply", "-n", namespace, "-f", str(example("multinode")))
 
     def degraded_reason() -> str | None:

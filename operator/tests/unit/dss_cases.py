@@ -136,6 +136,21 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     ),
     Case("tree-without-draft-tokens", {"spec.speculative.eagleTopk": 4}, "spec-num-draft-tokens-required"),
     Case(
+        "expected-accept-length-one",
+        {"spec.speculative.expectedAcceptLength": 1.0},
+        "spec-expected-accept-length-reachable",
+    ),
+    Case(
+        "expected-accept-length-above-chain",
+        {"spec.speculative.expectedAcceptLength": 4.5},
+        "spec-expected-accept-length-reachable",
+    ),
+    Case(
+        "expected-accept-length-above-tree-depth",
+        {**TREE, "spec.speculative.expectedAcceptLength": 3.5, "spec.speculative.numSteps": 2},
+        "spec-expected-accept-length-reachable",
+    ),
+    Case(
         "rejection-sampling-with-tree",
         {**TREE, "spec.speculative.rejectionSampling": True},
         "spec-rejection-sampling-topk",
@@ -386,6 +401,14 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         {
             "spec.model.cache": {"persistentVolumeClaim": {"claimName": "hf-cache"}},
             "spec.decode.env": [{"name": "HF_HUB_OFFLINE", "value": "0"}],
+        },
+        "model-cache-env",
+    ),
+    Case(
+        "model-cache-modules-cache-in-env",
+        {
+            "spec.model.cache": {"hostPath": {"path": "/nvme/hf"}},
+            "spec.prefill.env": [{"name": "HF_MODULES_CACHE", "value": "/model-cache/modules"}],
         },
         "model-cache-env",
     ),
@@ -804,6 +827,11 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
     Case("topk-zero", {"spec.speculative.eagleTopk": 0}, schema_error="should be greater than or equal to 1"),
     Case("steps-zero", {"spec.speculative.numSteps": 0}, schema_error="should be greater than or equal to 1"),
     Case(
+        "expected-accept-length-below-one",
+        {"spec.speculative.expectedAcceptLength": 0.9},
+        schema_error="should be greater than or equal to 1",
+    ),
+    Case(
         "bootstrap-port-high", {"spec.transfer": {"bootstrapPort": 70000}}, schema_error="less than or equal to 65535"
     ),
     Case("model-missing", {"spec.model": DELETE}, schema_error="Required value"),
@@ -845,7 +873,12 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
     Case("nodes-per-instance-zero", {"spec.decode.nodesPerInstance": 0}, schema_error="greater than or equal to 1"),
     Case("nodes-per-instance-too-many", {"spec.prefill.nodesPerInstance": 65}, schema_error="less than or equal to 64"),
     # ---- content and shape (issue 15 B) ----------------------------------------------------------------------------
-    Case("env-name-dash", {"spec.prefill.env": [{"name": "MY-VAR", "value": "1"}]}, schema_error="should match"),
+    # Env names: what the API server accepts (printable ASCII but '='), so '=', a control character, a non-ASCII
+    # letter and the empty name are refused at the CRD.
+    Case("env-name-equals", {"spec.prefill.env": [{"name": "A=B", "value": "1"}]}, schema_error="should match"),
+    Case("env-name-tab", {"spec.decode.env": [{"name": "A\tB", "value": "1"}]}, schema_error="should match"),
+    Case("env-name-non-ascii", {"spec.decode.env": [{"name": "CAF\u00c9", "value": "1"}]}, schema_error="should match"),
+    Case("env-name-empty", {"spec.prefill.env": [{"name": "", "value": "1"}]}, schema_error="at least 1 chars long"),
     Case(
         "env-value-from-unknown-source",
         {"spec.prefill.env": [{"name": "FOO", "valueFrom": {"vaultRef": {"path": "x"}}}]},
@@ -954,6 +987,16 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
 
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
+    # Env names Kubernetes accepts (1.32+; the first two on every supported release) but a C identifier would not.
+    Case(
+        "env-names-beyond-c-identifiers",
+        {
+            "spec.prefill.env": [{"name": "my.dotted-name", "value": "1"}, {"name": "MY-VAR", "value": "2"}],
+            "spec.decode.env": [{"name": "1st var (x)", "value": "3"}],
+        },
+    ),
+    Case("expected-accept-length", {"spec.speculative.expectedAcceptLength": 3.2}),
+    Case("expected-accept-length-tree", {**TREE, "spec.speculative.expectedAcceptLength": 4.0}),
     Case(
         "caches",
         {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,9 @@ class FakeClient(apply.Client):
         self.events: list[Event] = []
         self.refuse: dict[str, apply.ApiError] = {}
         """REST path -> the error applying it raises (an admission webhook or quota saying no), dry-run or not."""
+        self.refuse_merged: dict[str, Callable[[dict[str, Any]], apply.ApiError | None]] = {}
+        """REST path -> judges the live object: the error an apply over it raises (a merged form another field
+        manager's edit made invalid), or None; a create of the render alone is not refused."""
         self.refuse_writes: dict[str, apply.ApiError] = {}
         """REST path -> the error a real (not dry-run) apply raises: a refusal a dry-run cannot see (a quota that
         each child fits alone, but not all of them together)."""
@@ -62,7 +66,7 @@ class FakeClient(apply.Client):
     @property
     def writes(self) -> list[tuple[str, str]]:
         """Every request but GETs and dry-runs, in order (Event posts excluded: see `events`)."""
-        return [(method, path) for method, path in self.requests if method not in ("GET", "DRYRUN")]
+        return [(method, path) for method, path in self.requests if method not in ("GET", "DRYRUN", "DRYRUN-CREATE")]
 
     def reset(self) -> None:
         """Forget the requests and events recorded so far (the objects stay)."""
@@ -138,7 +142,12 @@ class FakeClient(apply.Client):
         accept: str = "application/json",
     ) -> dict[str, Any]:
         with self._lock:
+            if method == "POST" and (query or {}).get("dryRun"):
+                self.requests.append(("DRYRUN-CREATE", path))
+                return self._dry_run_create(path, body)
             self.requests.append((method, path))
+            if method == "PATCH" and content_type == "application/json-patch+json":
+                return self._json_patch(path, body)
             if method != "GET":
                 raise NotImplementedError(f"FakeClient: {method} {path}")
             obj = self.objects.get(path)
@@ -146,12 +155,51 @@ class FakeClient(apply.Client):
                 raise apply.ApiError(404, method, path, "not found")
             return copy.deepcopy(obj)
 
+    def _dry_run_create(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A dry-run POST: refused as an apply of the same object would be (`refuse`), else AlreadyExists (409) for
+        an existing name, which the API server answers only after validation passed."""
+        path = f"{collection}/{body['metadata']['name']}"
+        if path in self.refuse:
+            raise self.refuse[path]
+        if path in self.objects:
+            raise apply.ApiError(409, "POST", collection, "already exists", reason="AlreadyExists")
+        return copy.deepcopy(body)
+
+    def _json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """RFC 6902 test, add and remove (what the operator sends), all or nothing."""
+        if path not in self.objects:
+            raise apply.ApiError(404, "PATCH", path, "not found")
+        obj = copy.deepcopy(self.objects[path])
+        for op in ops:
+            *parents, last = [part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]]
+            node: Any = obj
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            if op["op"] == "test":
+                here = node[int(last)] if isinstance(node, list) else node.get(last)
+                if here != op["value"]:
+                    raise apply.ApiError(422, "PATCH", path, f"test of {op['path']} failed", reason="Invalid")
+            elif op["op"] == "add":
+                if isinstance(node, list):
+                    node.insert(len(node) if last == "-" else int(last), copy.deepcopy(op["value"]))
+                else:
+                    node[last] = copy.deepcopy(op["value"])
+            elif op["op"] == "remove":
+                del node[int(last) if isinstance(node, list) else last]
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[path] = obj
+        return copy.deepcopy(obj)
+
     def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         _, path = apply.located(manifest)
         with self._lock:
             self.requests.append(("DRYRUN" if dry_run else "PATCH", path))
             if path in self.refuse:
                 raise self.refuse[path]
+            judge = self.refuse_merged.get(path)
+            merged_error = judge(self.objects[path]) if judge is not None and path in self.objects else None
+            if merged_error is not None:
+                raise merged_error
             if dry_run:
                 return copy.deepcopy(manifest)
             if path in self.refuse_writes:

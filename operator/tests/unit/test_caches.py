@@ -127,6 +127,32 @@ def test_claim_cache_pools_wait_for_the_marker_and_run_offline() -> None:
         assert "ephemeral-storage" not in server["resources"]["requests"]
 
 
+@pytest.mark.parametrize("edits", [CLAIM, NODE_LOCAL], ids=["claim", "node-local"])
+def test_remote_code_gets_a_writable_modules_cache_outside_hf_home(edits: dict[str, Any]) -> None:
+    """HF_HOME is read-only for the servers; transformers copies a repo's remote code into HF_MODULES_CACHE (default
+    $HF_HOME/modules), so that gets an emptyDir of its own, writable and not below HF_HOME."""
+    manifests = render(_service({**edits, "spec.model.trustRemoteCode": True}), OperatorConfig())
+    for role in ("prefill", "decode"):
+        pod = _pool(manifests, role)
+        server = pod["containers"][0]
+        env = _env(server)
+        modules = env["HF_MODULES_CACHE"]
+        assert modules == caches.MODULES_CACHE_PATH
+        assert not modules.startswith(env["HF_HOME"].rstrip("/") + "/") and modules != env["HF_HOME"]
+        (mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == modules]
+        assert not mount.get("readOnly", False)
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume == {"name": mount["name"], "emptyDir": {"sizeLimit": caches.MODULES_CACHE_SIZE}}
+        # Only the server: the init containers run no model code.
+        assert all(mount["name"] not in {m["name"] for m in c["volumeMounts"]} for c in pod["initContainers"])
+
+
+def test_no_model_cache_no_modules_cache() -> None:
+    pod = _pool(render(_service({**COMPILE, "spec.model.trustRemoteCode": True}), OperatorConfig()), "prefill")
+    assert "HF_MODULES_CACHE" not in _env(pod["containers"][0])
+    assert caches.MODULES_CACHE_VOLUME not in {v["name"] for v in pod["volumes"]}
+
+
 def test_node_local_cache_fills_in_each_pod_and_renders_no_job() -> None:
     service = _service(NODE_LOCAL)
     manifests = render(service, OperatorConfig())

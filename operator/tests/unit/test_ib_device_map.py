@@ -80,7 +80,7 @@ def test_pod_on_the_second_socket_gets_the_second_sockets_hcas(tmp_path: Path) -
     choice = node.choose({"NVIDIA_VISIBLE_DEVICES": ",".join(uuids[4:])})
     # Container GPU 0 is node GPU 4: the map's keys are container indexes.
     assert _flag_map(choice) == {"0": "mlx5_2", "1": "mlx5_2", "2": "mlx5_3", "3": "mlx5_3"}
-    assert choice.env == {"NCCL_IB_HCA": "mlx5_2,mlx5_3"}
+    assert choice.env == {"NCCL_IB_HCA": "=mlx5_2,mlx5_3"}
 
 
 def test_index_form_names_node_gpus(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_no_hca_means_no_flag_and_a_log_line(tmp_path: Path, capsys: pytest.Capt
 
 def test_no_topology_passes_the_allowed_list(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    assert node.choose({}, allowed=["mlx5_0", "mlx5_1"]) == m.Choice("mlx5_0,mlx5_1", {"NCCL_IB_HCA": "mlx5_0,mlx5_1"})
+    assert node.choose({}, allowed=["mlx5_0", "mlx5_1"]) == m.Choice("mlx5_0,mlx5_1", {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"})
 
 
 def test_list_form_and_nixl(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_list_form_and_nixl(tmp_path: Path) -> None:
     env = {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids[4:])}
     listed = node.choose(env, form="list", backend="nixl")
     assert listed.flag == "mlx5_2,mlx5_3"
-    assert listed.env == {"NCCL_IB_HCA": "mlx5_2,mlx5_3", "UCX_NET_DEVICES": "mlx5_2:1,mlx5_3:1"}
+    assert listed.env == {"NCCL_IB_HCA": "=mlx5_2,mlx5_3", "UCX_NET_DEVICES": "mlx5_2:1,mlx5_3:1"}
     # With the map form nixl reads the flag per GPU, and a UCX_NET_DEVICES would override it.
     assert "UCX_NET_DEVICES" not in node.choose(env, backend="nixl").env
 
@@ -187,5 +187,5 @@ def test_main_appends_the_flag_and_execs(tmp_path: Path, monkeypatch: pytest.Mon
     assert seen["args"] == ["python3", "-m", "sglang.launch_server", "--disaggregation-ib-device", '{"0":"mlx5_0"}']
     env = seen["env"]
     assert isinstance(env, dict)
-    assert env["NCCL_IB_HCA"] == "mlx5_0"
+    assert env["NCCL_IB_HCA"] == "=mlx5_0"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

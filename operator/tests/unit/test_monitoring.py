@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 
 from disaggspec import constants, metrics
+from disaggspec.config import HealthSettings
+from disaggspec.servinghealth import prometheus
 from e2e.cluster import build
 from e2e.serving.emulator import facts
 from tests.unit.test_chart import CHART, EXAMPLES, REPO, built_binary, by_kind, helm, one, rendered, template
@@ -257,6 +259,78 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     path = tmp_path / "dashboard-queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the failure counters, per server (issue 29) -------------------------------------------------------------------
+
+REV = "0a1b2c3d"
+
+
+def _rank_series(name: str, pod: str, ranks: range, values: str) -> list[dict[str, str]]:
+    """One series per TP rank, as every rank of an SGLang server exports the failure counters."""
+    return [
+        {"series": f'{name}{{namespace="team-a",pod="{pod}",tp_rank="{rank}",pp_rank="0"}}', "values": values}
+        for rank in ranks
+    ]
+
+
+FAILURE_SERIES = [
+    # A tp8 Deployment prefill: one transfer failure a minute, counted by all eight ranks; no bootstrap failure.
+    *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-prefill-{REV}-5d8f7c9b4-x2x7q", range(8), "0+1x15"),
+    *_rank_series("sglang:num_bootstrap_failed_reqs_total", f"llama-prefill-{REV}-5d8f7c9b4-x2x7q", range(8), "0x15"),
+    # Its tp8 decode: the same failures, and two bootstrap failures a minute; a Deployment pod with an all-digit name.
+    *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-decode-{REV}-5984766-42957", range(8), "0+1x15"),
+    *_rank_series("sglang:num_bootstrap_failed_reqs_total", f"llama-decode-{REV}-5984766-42957", range(8), "0+2x15"),
+    # A tp16 LeaderWorkerSet decode group: the leader's ranks 0-7 and the worker's ranks 8-15 count the same failures
+    # (three a minute, transfer only: a rank never counting a bootstrap failure exports no such series).
+    *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-decode-{REV}-0", range(8), "0+3x15"),
+    *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-decode-{REV}-0-1", range(8, 16), "0+3x15"),
+    # Another service whose name starts the same: never counted.
+    *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-two-decode-{REV}-5d8f-x2x7q", range(8), "0+9x15"),
+]
+"""Per minute, the service's failed requests: prefill 1 transfer, decode 1 transfer + 2 bootstrap, the multi-node
+decode 3 transfer; the sum of every rank's series would be 8x (16x on the multi-node group, worker included)."""
+
+
+def _promtool_expr_tests(tmp_path: Path, cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "fuzzy_compare": True,
+        "tests": [{"interval": "1m", "input_series": FAILURE_SERIES, "promql_expr_test": cases}],
+    }
+    path = tmp_path / "failures.test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    return promtool("test", "rules", str(path))
+
+
+def test_dashboard_failure_panels_count_each_failure_once_per_server(tmp_path: Path) -> None:
+    """promtool evaluates the panel's queries over SGLang-shaped series (one per TP rank, a worker pod's ranks too):
+    failures per second of the service, not per rank."""
+    (panel,) = [p for p in dashboard()["panels"] if p.get("title") == "Bootstrap and transfer failures"]
+    exprs = {t["legendFormat"]: expand_variables(t["expr"]) for t in panel["targets"]}
+    per_second = {"bootstrap failures": 2 / 60, "transfer failures": 5 / 60}
+    cases = [
+        {"expr": exprs[legend], "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": value}]}
+        for legend, value in per_second.items()
+    ]
+    result = _promtool_expr_tests(tmp_path, cases)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_operator_s_prometheus_failure_query_counts_each_failure_once_per_server(tmp_path: Path) -> None:
+    """The operator's Prometheus source (`servinghealth.prometheus`), evaluated by promtool: one number per pod, the
+    failures of its server over the window, and no LeaderWorkerSet worker pod."""
+    settings = HealthSettings(window_seconds=300)
+    (failures,) = [q.promql for q in prometheus.queries("team-a", "llama", settings) if q.signal == "failures"]
+    expected = [
+        (f"llama-prefill-{REV}-5d8f7c9b4-x2x7q", 5),
+        (f"llama-decode-{REV}-5984766-42957", 15),
+        (f"llama-decode-{REV}-0", 15),
+    ]
+    samples_ = [{"labels": f'{{pod="{pod}"}}', "value": value} for pod, value in expected]
+    result = _promtool_expr_tests(tmp_path, [{"expr": failures, "eval_time": "10m", "exp_samples": samples_}])
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -136,13 +136,26 @@ def test_explicit_lifecycle() -> None:
     assert router["terminationGracePeriodSeconds"] >= 1200
 
 
-def test_prestop_pause_outlasts_readiness_and_leaves_most_of_the_drain() -> None:
-    container = _container(_render(), c.ROLE_PREFILL)
-    pause = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
-    readiness = container["readinessProbe"]
-    assert pause > readiness["periodSeconds"] * readiness["failureThreshold"]
-    short = _container(_render({"spec.prefill.lifecycle": {"drainSeconds": 30}}), c.ROLE_PREFILL)
-    assert int(short["lifecycle"]["preStop"]["exec"]["command"][1]) == 15
+SMG_RECONCILE_DELAY = 1
+"""smg 1.13.0 reconciles its workers one second after a pod event (service_discovery/kubernetes.rs); sglang-router
+0.1.9 acts on the event itself."""
+
+
+def test_prestop_pause_covers_the_routers_not_readiness() -> None:
+    # Both routers drop a pool pod at its deletionTimestamp, so the pause no longer waits out the readiness probe
+    # (3 x 10 s): it is a few seconds past the routers' reaction, the rest of the grace period is SGLang's drain.
+    for role in c.POOLS:
+        spec = _deployment(_render(), role)["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        pause = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+        readiness = container["readinessProbe"]
+        assert SMG_RECONCILE_DELAY < pause < readiness["periodSeconds"] * readiness["failureThreshold"]
+        assert pause == lifecycle.PRESTOP_SECONDS == 5
+        assert spec["terminationGracePeriodSeconds"] == 600
+    short = _deployment(_render({"spec.prefill.lifecycle": {"drainSeconds": 30}}), c.ROLE_PREFILL)
+    short_spec = short["spec"]["template"]["spec"]
+    assert int(short_spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1]) == 5
+    assert short_spec["terminationGracePeriodSeconds"] == 30
 
 
 @pytest.mark.parametrize("version", sorted(PROFILES))

@@ -621,6 +621,44 @@ def test_ready_is_never_true_while_a_pool_has_fewer_ready_pods_than_the_spec_s_r
     }
 
 
+def _roll_out_before_1_35(client: FakeClient) -> None:
+    """The Deployment controller of an API server that does not count terminating pods (before Kubernetes 1.35)."""
+    client.roll_out(NAMESPACE)
+    for obj in client.objects.values():
+        if obj["kind"] == apply.DEPLOYMENT.kind:
+            obj["status"].pop("terminatingReplicas", None)
+
+
+def test_before_1_35_the_old_pools_go_when_the_last_router_pod_is_listed_no_more() -> None:
+    client, reconciler = _converged()
+    _roll_out_before_1_35(client)
+    _pass(reconciler, client)
+    old_fp = render.fingerprint(parse_service(_manifest()))
+    old = {role: _deployment(role) for role in ("prefill", "decode", "router")}
+    pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    stopping = {
+        "metadata": {
+            "name": f"{old['router']}-x",
+            "deletionTimestamp": "2026-01-01T00:00:01Z",
+            "labels": {c.LABEL_SERVICE: NAME, c.LABEL_ROLE: "router", c.LABEL_FINGERPRINT: old_fp},
+        }
+    }
+    client.objects[pods_path] = {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [stopping]}
+    edits = {"spec.model.revision": "v2"}
+    reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(edits)["spec"]))
+    for _ in range(30):  # a minute of the reconciler's clock: far past the fixed 15 s
+        _pass(reconciler, client)
+        _roll_out_before_1_35(client)
+    # The old router was scaled to zero, but one of its pods is still stopping: the old pools stay for it.
+    deployments = _deployments(client)
+    assert deployments[old["router"]] == 0 and deployments[old["prefill"]] == deployments[old["decode"]] == 1
+    assert ("GET", pods_path) in client.requests
+    client.objects[pods_path]["items"] = []  # the pod is gone
+    _pass(reconciler, client)
+    assert not set(old.values()) & set(_deployments(client))
+    assert set(_deployments(client)) == {_deployment(role, edits) for role in ("prefill", "decode", "router")}
+
+
 MULTI_NODE_PREFILL = {
     "spec.prefill.nodesPerInstance": 2,
     "spec.prefill.gpusPerNode": 8,

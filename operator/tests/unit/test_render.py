@@ -83,7 +83,7 @@ def test_rdma_per_gpu_map_env_annotation_resources_and_capability() -> None:
     mapping = json.loads(_flag(container["command"], "--disaggregation-ib-device"))
     assert mapping == {"0": "mlx5_0", "1": "mlx5_0", "2": "mlx5_1", "3": "mlx5_1"}
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
     assert container["securityContext"] == {
         "privileged": False,
         "allowPrivilegeEscalation": False,
@@ -157,7 +157,37 @@ def test_static_map_with_nixl_leaves_ucx_net_devices_unset() -> None:
     assert container["command"][:3] == ["python3", "-m", "sglang.launch_server"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert "UCX_NET_DEVICES" not in env
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+
+
+def _nccl_selects(value: str, devices: list[str]) -> list[str]:
+    """The devices an NCCL_IB_HCA value selects, as NCCL documents it: comma-separated tokens, `name:port` for a
+    port, a leading `^` excludes, then a leading `=` matches whole names instead of prefixes."""
+    exclude = value.startswith("^")
+    value = value.removeprefix("^")
+    exact = value.startswith("=")
+    tokens = [token.split(":")[0] for token in value.removeprefix("=").split(",")]
+    hit = [d for d in devices if any(d == t if exact else d.startswith(t) for t in tokens)]
+    return [d for d in devices if d not in hit] if exclude else hit
+
+
+def test_static_nccl_ib_hca_selects_exactly_the_listed_devices() -> None:
+    # mlx5_1 as a bare NCCL token is a prefix: it would also select mlx5_10..mlx5_19 (NCCL docs, NCCL_IB_HCA).
+    node = [f"mlx5_{i}" for i in range(12)]
+    obj = _auto_rdma("nixl", ibDeviceMapping="Static", ibDevices=["mlx5_1", "mlx5_2"])
+    env = {e["name"]: e.get("value") for e in _decode_container(obj)["env"]}
+    assert env["NCCL_IB_HCA"] == "=mlx5_1,mlx5_2"
+    assert _nccl_selects(env["NCCL_IB_HCA"], node) == ["mlx5_1", "mlx5_2"]
+    assert _nccl_selects("mlx5_1,mlx5_2", node) == ["mlx5_1", "mlx5_2", "mlx5_10", "mlx5_11"]  # the old form
+    # UCX names a device with its port and matches the whole entry.
+    assert env["UCX_NET_DEVICES"] == "mlx5_1:1,mlx5_2:1"
+
+
+def test_a_device_given_with_its_port_keeps_it() -> None:
+    obj = _auto_rdma("nixl", ibDeviceMapping="Static", ibDevices=["mlx5_0:2"])
+    env = {e["name"]: e.get("value") for e in _decode_container(obj)["env"]}
+    assert env["NCCL_IB_HCA"] == "=mlx5_0:2"
+    assert env["UCX_NET_DEVICES"] == "mlx5_0:2"
 
 
 def test_static_list_is_rendered_as_given() -> None:

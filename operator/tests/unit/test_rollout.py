@@ -195,6 +195,38 @@ def test_without_a_terminating_count_the_router_is_given_its_pause() -> None:
     assert OLD not in _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), old, previous=[entry]))
 
 
+def _router_pod(fp: str, deleting: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {"disaggspec.io/role": "router", "disaggspec.io/spec-fingerprint": fp}}
+    if deleting:
+        meta["deletionTimestamp"] = NOW
+    return {"metadata": meta}
+
+
+def test_without_a_terminating_count_the_router_pods_are_counted_instead_of_a_fixed_wait() -> None:
+    """Before Kubernetes 1.35 (no status.terminatingReplicas) the retiring router's pods are listed: its pools stay
+    while one of them still stops, however long past the fixed 15 s, and go as soon as none is listed."""
+    service = _service(1, 1)
+    fp = fingerprint(service)
+    current = _rev(fp, (1, 1), (1, 1))
+    old = _rev(OLD, (1, 1), (1, 1), spec=service)
+    old = LiveRevision(OLD, {**old.counts, "router": Count(replicas=0, pods=0, ready=0)}, old.spec, old.created)
+    live = {fp: current, OLD: old}
+    # Only the router without a terminating count and without pods is asked about (the current one reports 0).
+    assert rollout.router_pods_needed(live) == [OLD]
+    assert rollout.router_pods_needed({fp: current}) == []
+    long_ago = [{"fingerprint": OLD, "retiringSince": "2026-12-04T11:50:00Z"}]  # 10 min: far past the fixed wait
+    stopping = rollout.with_router_pods(live, [OLD], [_router_pod(OLD), _router_pod(fp, deleting=False)])
+    assert stopping[OLD].count("router").terminating == 1
+    assert stopping[fp] is current
+    kept = _plan(service, *stopping.values(), previous=long_ago)
+    assert OLD in _replicas(kept) and kept.wake_after is not None
+    # The last router pod is gone: the pools go at once, without waiting for the fixed time to pass.
+    gone = rollout.with_router_pods(live, [OLD], [_router_pod(fp, deleting=False)])
+    assert gone[OLD].count("router").terminating == 0
+    just_now = [{"fingerprint": OLD, "retiringSince": NOW}]
+    assert list(_replicas(_plan(service, *gone.values(), previous=just_now))) == [fp]
+
+
 def test_an_old_revision_that_serves_nothing_goes_as_soon_as_its_router_has() -> None:
     """An abandoned revision (a rollout replaced before it served) keeps nothing: its router goes, then the rest; the
     revision that serves keeps all its pods meanwhile."""

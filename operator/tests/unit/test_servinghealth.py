@@ -19,7 +19,7 @@ from disaggspec import metrics
 from disaggspec.config import HealthSettings, health_from_env
 from disaggspec.revision import revision_name
 from disaggspec.servinghealth import prometheus, samples
-from disaggspec.servinghealth.judge import NOT_MEASURED, PodWindow, judge, reduce
+from disaggspec.servinghealth.judge import PENDING, PodWindow, judge, reduce
 from disaggspec.servinghealth.monitor import Monitor
 from disaggspec.servinghealth.samples import PodSample, parse
 
@@ -63,9 +63,28 @@ def test_the_reader_agrees_with_prometheus_client_s_parser(name: str) -> None:
     sample = parse(text)
     assert sample.accept_length == statistics.mean(totals["sglang:spec_accept_length"])
     assert sample.requests == sum(totals["sglang:num_requests_total"])
-    assert sample.failures == sum(totals["sglang:num_bootstrap_failed_reqs_total"]) + sum(
+    # The failure counters per server: the largest rank's series (issue 29).
+    assert sample.failures == max(totals["sglang:num_bootstrap_failed_reqs_total"]) + max(
         totals["sglang:num_transfer_failed_reqs_total"]
     )
+
+
+def _ranks(name: str, values: list[float]) -> str:
+    return "".join(
+        f'{name}{{engine_type="prefill",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="{rank}"}} {value}\n'
+        for rank, value in enumerate(values)
+    )
+
+
+def test_failure_counters_are_read_per_server_not_per_rank() -> None:
+    """Issue 29: every TP rank counts each failed request in its own series; a tp8 server with 5 failures is 5."""
+    text = _ranks(samples.TRANSFER_FAILED, [5.0] * 8) + _ranks(samples.BOOTSTRAP_FAILED, [2.0] * 8)
+    sample = parse(text + 'sglang:num_requests_total{is_streaming="false"} 4\nsglang:num_requests_total 3\n')
+    assert (sample.transfer_failed, sample.bootstrap_failed, sample.failures) == (5, 2, 7)
+    assert sample.requests == 7  # other counters are still summed over their series
+    # A scrape between two ranks' increments reads the newer count; a rank never counted is absent.
+    assert parse(_ranks(samples.TRANSFER_FAILED, [6.0, 5.0, 6.0, 5.0])).failures == 6
+    assert parse(_ranks(samples.REQUESTS, [1.0])).transfer_failed is None
 
 
 def test_every_name_read_is_a_metric_of_the_release_and_the_recordings_name_only_real_ones() -> None:
@@ -158,7 +177,7 @@ def test_low_accept_length_under_traffic_is_false_and_names_pods_and_numbers() -
 def test_the_mean_is_weighted_by_verify_steps_across_decode_pods() -> None:
     verdict = judge([_pod("d-1", accept=1.0, steps=100), _pod("d-2", accept=3.0, steps=300)], [], 60, SETTINGS)
     assert verdict.accept_length == pytest.approx(2.5)
-    assert verdict.spec_decode.reason.reason == "AcceptLengthNormal"
+    assert verdict.spec_decode.reason.reason == "LearningBaseline"  # no expectation: the floor only
 
 
 def test_too_few_verify_steps_is_unknown_no_traffic() -> None:
@@ -199,13 +218,17 @@ def test_queries_select_one_service_s_pods_by_namespace_and_name() -> None:
     queries = {q.signal: q.promql for q in prometheus.queries("team-a", "llama", SETTINGS)}
     assert queries["accept_length"] == (
         'avg by (pod) (avg_over_time(sglang:spec_accept_length{namespace="team-a",'
-        'pod=~"llama-(decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"}[60s]))'
+        'pod=~"llama-(decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)",'
+        'pod!~"llama-(decode)-[0-9a-f]{8}-[0-9]+-[0-9]{1,4}"}[60s]))'
     )
-    assert queries["failures"] == (
-        'sum by (pod) (increase({__name__=~"sglang:num_bootstrap_failed_reqs_total|'
-        'sglang:num_transfer_failed_reqs_total",namespace="team-a",'
-        'pod=~"llama-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)"}[60s]))'
+    # Per server (issue 29): each rank's bootstrap + transfer increase, the largest rank per pod; no worker pod.
+    pools = (
+        'namespace="team-a",pod=~"llama-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)",'
+        'pod!~"llama-(prefill|decode)-[0-9a-f]{8}-[0-9]+-[0-9]{1,4}"'
     )
+    bootstrap = f"increase(sglang:num_bootstrap_failed_reqs_total{{{pools}}}[60s])"
+    transfer = f"increase(sglang:num_transfer_failed_reqs_total{{{pools}}}[60s])"
+    assert queries["failures"] == f"max by (pod) ({bootstrap} + {transfer} or {bootstrap} or {transfer})"
     assert set(queries) == set(prometheus.SIGNALS)
 
 
@@ -249,6 +272,18 @@ def test_the_pods_of_each_revision_s_deployments_are_taken() -> None:
     pods = {f"llama-decode-{new}-5d9f8c7b6-x2x7q": 1.0, f"llama-decode-{old}-6c8d9f7b5-q1w2e": 1.0}
     windows = prometheus.windows("llama", {"requests": {**pods, f"llama-decode-decode-{new}-5d9f8c7b6-x2x7q": 3.0}})
     assert [(w.pod, w.role) for w in windows] == [(pod, "decode") for pod in sorted(pods)]
+
+
+def test_leaderworkerset_workers_are_not_taken_their_leaders_are() -> None:
+    """A multi-node server's worker pods (`<lws>-<group>-<worker>`) export their own ranks' failure counters (issue
+    29); the leader (`<lws>-<group>`) speaks for the server. A Deployment's pod always ends in 5 random characters,
+    digits included."""
+    rev = revision_name("9c20c58d5e553f62")
+    leaders = {f"llama-prefill-{rev}-0": 3.0, f"llama-decode-{rev}-1": 3.0}
+    deployment = {f"llama-decode-{rev}-5984766-42957": 3.0}  # an all-digit hash and suffix
+    workers = {f"llama-prefill-{rev}-0-1": 3.0, f"llama-decode-{rev}-1-1": 3.0, f"llama-decode-{rev}-12-3": 3.0}
+    windows = prometheus.windows("llama", {"failures": {**leaders, **deployment, **workers}})
+    assert sorted(w.pod for w in windows) == sorted({**leaders, **deployment})
 
 
 def test_an_error_answer_is_refused() -> None:
@@ -322,12 +357,13 @@ def _gauge(name: str) -> float | None:
 def test_the_monitor_judges_requeues_on_change_only_and_sets_the_gauges() -> None:
     pods, requeued, clock = _Pods(), [], [0.0]
     monitor = _monitor(pods, requeued, clock)
-    assert monitor.verdict("ns", "llama") is NOT_MEASURED
+    assert monitor.verdict("ns", "llama") is PENDING  # no verdict of this process yet: status keeps its conditions
     monitor.run_once()
     assert {url.split("/")[2] for url in pods.requested} == {"10.0.0.1:30000", "10.0.0.2:30000"}  # ready pods only
-    assert monitor.verdict("ns", "llama").spec_decode.reason.reason == "NoTraffic"  # one scrape: no increase
+    first = monitor.verdict("ns", "llama").spec_decode
+    assert first.reason.reason == "NoTraffic" and first.provisional  # one scrape, history shorter than the window
     assert requeued == [("ns", "llama")]
-    assert _gauge("disaggspec_spec_decode_healthy") == -1 and _gauge("disaggspec_spec_accept_length") is None
+    assert _gauge("disaggspec_spec_accept_length") is None
 
     pods.accept, pods.tokens, clock[0] = 1.0, 300.0, 15.0
     monitor.run_once()
@@ -335,7 +371,7 @@ def test_the_monitor_judges_requeues_on_change_only_and_sets_the_gauges() -> Non
     assert verdict.spec_decode.reason.reason == "LowAcceptLength", verdict
     assert "llama-decode-a-1 1.00 (300 steps)" in verdict.spec_decode.message
     assert requeued == [("ns", "llama")] * 2
-    assert (_gauge("disaggspec_spec_decode_healthy"), _gauge("disaggspec_spec_accept_length")) == (0, 1.0)
+    assert _gauge("disaggspec_spec_accept_length") == 1.0
 
     pods.tokens, clock[0] = 600.0, 30.0  # still low: no requeue
     monitor.run_once()
@@ -344,12 +380,14 @@ def test_the_monitor_judges_requeues_on_change_only_and_sets_the_gauges() -> Non
     pods.failures, clock[0] = 10.0, 45.0
     monitor.run_once()
     assert monitor.verdict("ns", "llama").transfer.reason.reason == "TransferFailures"
-    assert _gauge("disaggspec_transfer_healthy") == 0
     assert _gauge("disaggspec_transfer_failures_per_second") == pytest.approx(10 / 45)
     assert len(requeued) == 3
 
+    metrics.record_runtime_conditions("ns", "llama", {"SpecDecodeHealthy": "False", "TransferHealthy": "True"})
+    assert (_gauge("disaggspec_spec_decode_healthy"), _gauge("disaggspec_transfer_healthy")) == (0, 1)
     monitor.forget("ns", "llama")
     assert _gauge("disaggspec_spec_decode_healthy") is None and _gauge("disaggspec_transfer_healthy") is None
+    assert _gauge("disaggspec_transfer_failures_per_second") is None
 
 
 def test_a_silent_pod_is_named_and_costs_only_its_own_measurement() -> None:
@@ -419,3 +457,33 @@ def test_settings_come_from_the_environment() -> None:
         health_from_env({"DISAGGSPEC_HEALTH_INTERVAL_SECONDS": "0"})
     with pytest.raises(ValueError, match="SOURCE"):
         health_from_env({"DISAGGSPEC_HEALTH_SOURCE": "prometheus"})
+
+
+def test_the_scrape_source_reads_a_multi_node_server_from_its_leader_only() -> None:
+    """Issue 29: a LeaderWorkerSet worker's /metrics carries its own ranks' failure counters (each failure again);
+    the monitor scrapes leaders (worker-index 0) and single-node pods only, and counts each failure once."""
+    leader = _pod_object("ns", "llama", "llama-prefill-0a1b2c3d-0", "prefill", "10.0.1.1")
+    worker = _pod_object("ns", "llama", "llama-prefill-0a1b2c3d-0-1", "prefill", "10.0.1.2")
+    leader["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = "0"
+    worker["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = "1"
+    failed, clock, requested = [0.0], [0.0], []
+
+    def fetch(url: str, timeout: float) -> bytes:
+        """Eight ranks' series on either pod (the worker's would be ranks 8-15: the same counts)."""
+        requested.append(url)
+        return (_ranks(samples.REQUESTS, [failed[0]]) + _ranks(samples.TRANSFER_FAILED, [failed[0]] * 8)).encode()
+
+    monitor = Monitor(
+        HealthSettings(window_seconds=60),
+        list_pods=lambda: [leader, worker],
+        services=lambda: [("ns", "llama")],
+        requeue=lambda keys: None,
+        fetch=fetch,
+        clock=lambda: clock[0],
+    )
+    monitor.run_once()
+    failed[0], clock[0] = 6.0, 15.0
+    monitor.run_once()
+    assert {url.split("/")[2] for url in requested} == {"10.0.1.1:30000"}
+    message = monitor.verdict("ns", "llama").transfer.message
+    assert message.startswith("6 bootstrap/transfer failures") and "llama-prefill-0a1b2c3d-0 6" in message, message

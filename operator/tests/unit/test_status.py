@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from disaggspec import conditions as r
@@ -308,7 +309,7 @@ def test_every_reason_set_is_in_the_vocabulary() -> None:
     runtime = [reason for reason in r.CONDITION_REASONS if reason.condition in _RUNTIME_TYPES]
     spec_decode = [reason for reason in runtime if reason.condition == "SpecDecodeHealthy"]
     transfer = [reason for reason in runtime if reason.condition == "TransferHealthy"]
-    for one, other in zip(spec_decode, transfer, strict=True):
+    for one, other in itertools.zip_longest(spec_decode, transfer, fillvalue=transfer[0]):
         verdict = Verdict(Judgement(one, "m"), Judgement(other, "m"), None, None)
         observations.append(Observation(3, ACCEPTED, {}, None, None, runtime=verdict))
     known = {(v.condition, v.status, v.reason) for v in r.CONDITION_REASONS}

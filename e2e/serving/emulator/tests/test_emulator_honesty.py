@@ -271,3 +271,52 @@ def test_fingerprint_fields_and_messages_are_patch_0001s() -> None:
     assert f"{fingerprint.DRAFT_PROBS_ENV} = EnvBool(False)" in draft_probs.read_text()
     for patch_file in (REPO / "images/sglang/patches/0.5.2").glob("*.patch"):
         assert "fingerprint" not in patch_file.read_text(), f"{patch_file.name}: 0.5.2 is documented as having none"
+
+
+# facts.EVERY_RANK: each rank builds a labelled collector (no rank test around it), the KV polls are all-reduced, and
+# each failure is counted behind `enable_metrics` alone.
+COLLECTOR_CITED = [
+    ("0.5.2", "sglang/srt/managers/scheduler_metrics_mixin.py:52", "if self.enable_metrics:"),
+    ("0.5.2", "sglang/srt/managers/scheduler_metrics_mixin.py:57", '"tp_rank": tp_rank,'),
+    ("0.5.2", "sglang/srt/managers/scheduler_metrics_mixin.py:62", "= SchedulerMetricsCollector(labels=labels)"),
+    ("0.5.2", "sglang/srt/disaggregation/utils.py:39", "def poll_and_all_reduce(pollers, gloo_group):"),
+    ("0.5.2", "sglang/srt/disaggregation/utils.py:51", "dist.all_reduce(tensor_to_reduce, op=dist.ReduceOp.MIN"),
+    ("0.5.23", "sglang/srt/observability/metrics_collector.py:1375", "if enable_metrics:"),
+    ("0.5.23", "sglang/srt/observability/metrics_collector.py:1385", '"tp_rank": parallel.tp_rank,'),
+]
+EVERY_RANK_CITED = [
+    ("0.5.2", "sglang/srt/disaggregation/prefill.py:243", "metrics_collector.increment_bootstrap_failed_reqs()"),
+    ("0.5.2", "sglang/srt/disaggregation/prefill.py:529", "metrics_collector.increment_transfer_failed_reqs()"),
+    ("0.5.2", "sglang/srt/disaggregation/decode.py:339", "metrics_collector.increment_bootstrap_failed_reqs()"),
+    ("0.5.2", "sglang/srt/disaggregation/decode.py:602", "metrics_collector.increment_transfer_failed_reqs()"),
+    ("0.5.23", "sglang/srt/disaggregation/prefill.py:1311", "metrics_collector.increment_transfer_failed_reqs()"),
+    ("0.5.23", "sglang/srt/disaggregation/prefill.py:1376", "metrics_collector.increment_bootstrap_failed_reqs()"),
+    ("0.5.23", "sglang/srt/disaggregation/decode.py:1176", "metrics_collector.increment_bootstrap_failed_reqs()"),
+    ("0.5.23", "sglang/srt/disaggregation/decode.py:2826", "metrics_collector.increment_transfer_failed_reqs()"),
+    ("0.5.23", "sglang/srt/disaggregation/decode.py:3372", "metrics_collector.increment_transfer_failed_reqs()"),
+]
+
+
+@pytest.mark.parametrize(("version", "citation", "needle"), COLLECTOR_CITED)
+def test_every_rank_builds_a_labelled_collector_where_facts_says(version: str, citation: str, needle: str) -> None:
+    window = _line(version, citation)
+    assert needle in window, f"{version} {citation}:\n{window}"
+
+
+@pytest.mark.parametrize(("version", "citation", "needle"), EVERY_RANK_CITED)
+def test_failure_counters_are_counted_on_every_rank_where_facts_says(version: str, citation: str, needle: str) -> None:
+    window = _line(version, citation)
+    assert needle in window, f"{version} {citation}:\n{window}"
+    assert "enable_metrics" in window.splitlines()[0], f"{version} {citation}: not gated by enable_metrics"
+    for word in ("attn_tp_rank", "tp_rank == 0", "current_scheduler_metrics_enabled"):
+        assert word not in window.splitlines()[0], f"{version} {citation}: gated by the rank"
+
+
+def test_the_emulator_exports_the_failure_counters_per_rank() -> None:
+    metrics = Metrics(facts.facts_for("0.5.23"), "m", "prefill", tp_ranks=range(8))
+    metrics.increment_transfer_failed_reqs()
+    text = metrics.exposition().decode()
+    ranks = re.findall(r'^sglang:num_transfer_failed_reqs_total\{.*tp_rank="(\d+)".*\} 1\.0$', text, flags=re.M)
+    assert sorted(ranks, key=int) == [str(rank) for rank in range(8)]
+    for version in VERSIONS:
+        assert facts.EVERY_RANK.issubset(metric.exposed for metric in facts.facts_for(version).metrics)

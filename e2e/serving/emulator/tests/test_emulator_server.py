@@ -7,9 +7,11 @@ import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
+from disaggspec.servinghealth import samples
 from e2e.serving.emulator.tests.harness import Stack, request, sglang_args, sse_events, wait_for
 
 FAST_ENV = {"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "2"}
@@ -77,6 +79,38 @@ def test_routes_errors_and_transfer_failure(stack: Stack, version: str) -> None:
     assert re.search(r"^sglang:num_transfer_failed_reqs_total\{.*\} 1\.0$", text, flags=re.M), text
     prefill_text = request("GET", f"http://{stack.ip(1)}:30000/metrics")[1].decode()
     assert re.search(r"^sglang:num_transfer_failed_reqs_total\{.*\} 1\.0$", prefill_text, flags=re.M)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_tp8_server_counts_each_failure_on_every_rank_and_the_operator_reads_it_once(
+    stack: Stack, version: str
+) -> None:
+    """Issue 29: every TP rank of a server counts a failed request in its own `tp_rank` series (facts.EVERY_RANK),
+    so a tp8 pair with N failed transfers exports eight series of N on each side; the operator's reading of one
+    pod's /metrics (`servinghealth.samples.parse`) is N, not 8N."""
+    args = {role: sglang_args(role) for role in ("prefill", "decode")}
+    for argv in args.values():
+        argv[argv.index("--tp-size") + 1] = "8"
+    p = stack.emulator(version, "prefill", 1, emulate=(*FAST, "fail=transfer-failure"), args=args["prefill"])
+    d = stack.emulator(version, "decode", 2, emulate=FAST, env=FAST_ENV, args=args["decode"])
+    wait_for(f"http://{stack.ip(1)}:30000/health", proc=p)
+    wait_for(f"http://{stack.ip(2)}:30000/health", proc=d)
+    failed = 3
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for room in range(failed):
+            body: dict[str, Any] = {"text": "hello", "sampling_params": {"max_new_tokens": 4}}
+            body |= {"bootstrap_host": stack.ip(1), "bootstrap_port": 8998, "bootstrap_room": 100 + room}
+            to_prefill = pool.submit(request, "POST", f"http://{stack.ip(1)}:30000/generate", body)
+            assert request("POST", f"http://{stack.ip(2)}:30000/generate", body)[0] == 500
+            assert to_prefill.result()[0] == 500
+    for host in (1, 2):
+        text = request("GET", f"http://{stack.ip(host)}:30000/metrics")[1].decode()
+        series = re.findall(r'^sglang:num_transfer_failed_reqs_total\{.*tp_rank="(\d)".*\} (\S+)$', text, flags=re.M)
+        assert sorted(series) == [(str(rank), f"{failed}.0") for rank in range(8)], text
+        bootstrap = re.findall(r"^sglang:num_bootstrap_failed_reqs_total\{.*\} (\S+)$", text, flags=re.M)
+        assert bootstrap == ["0.0"] * 8, text
+        sample = samples.parse(text)
+        assert (sample.transfer_failed, sample.bootstrap_failed, sample.failures) == (failed, 0, failed), sample
 
 
 def test_streamed_abort_per_release(stack: Stack) -> None:

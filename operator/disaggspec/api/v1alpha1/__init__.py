@@ -106,6 +106,7 @@ from disaggspec.api.v1alpha1.status import (
     RevisionPoolStatus,
     RevisionStatus,
     RevisionTraffic,
+    SpecDecodeStatus,
 )
 from disaggspec.api.v1alpha1.transfer import (
     DEFAULT_BOOTSTRAP_PORT,
@@ -196,6 +197,7 @@ __all__ = [
     "SGLangSpec",
     "SecretKeyRef",
     "ServiceType",
+    "SpecDecodeStatus",
     "SpecModel",
     "SpeculativeSpec",
     "SpreadMode",

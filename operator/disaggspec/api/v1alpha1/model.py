@@ -149,7 +149,9 @@ class ModelSpec(SpecModel):
     cache: CacheVolume | None = Field(
         default=None,
         description="A Hugging Face cache the weights are downloaded into once instead of into every pod. Mounted "
-        "on both pools at /model-cache with HF_HOME=/model-cache and HF_HUB_OFFLINE=1: the servers never download. "
+        "on both pools at /model-cache (read-only) with HF_HOME=/model-cache and HF_HUB_OFFLINE=1: the servers never "
+        "download; HF_MODULES_CACHE=/hf-modules, an emptyDir, takes the copy of a repo's remote code "
+        "(trustRemoteCode). "
         "With persistentVolumeClaim (ReadWriteMany) a Job (<name>-cache-<hash>) fills it once per model, draft and "
         "tokenizer revision and each pool pod waits in an init container until the Job has written its marker; "
         "status condition ModelCached follows the Job. With hostPath each pool pod fills its own node's directory "

@@ -77,19 +77,29 @@ class EnvVarSource(SpecModel):
     )
 
 
+ENV_NAME_PATTERN: Final = r"^[ -<>-~]+$"
+"""Printable ASCII (space to '~') but '=' (0x3d): two ranges, space to '<' and '>' to '~'."""
+
+
 class EnvVar(SpecModel):
     """An environment variable of the SGLang container."""
 
     name: str = Field(
         min_length=1,
         max_length=_MAX_NAME,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="Variable name: a C identifier (letters, digits and '_', not starting with a digit), the names "
-        "shells and SGLang can read. Rejected: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (the device plugin "
-        "sets them), names the operator sets from typed fields (SGLANG_ENABLE_DISAGG_SAMPLING_MASK, MC_GID_INDEX, "
-        "NCCL_IB_GID_INDEX, UCX_IB_GID_INDEX, HF_TOKEN with model.hfTokenSecretRef, HF_HOME and HF_HUB_OFFLINE "
-        "with model.cache, the compile cache variables with engine.compileCache), and with spec.transfer.rdma set "
-        "the MC_*, UCX_* and NCCL_IB_* families the transfer engines read.",
+        # What the API server accepts: any printable ASCII character but '=' (KEP-4369, RelaxedEnvironmentVariable-
+        # Validation: beta and on by default from Kubernetes 1.32, GA in 1.34; apimachinery IsRelaxedEnvVarName).
+        # A cluster of 1.30 or 1.31 with the gate off refuses more (IsEnvVarName: letters, digits, '_', '-', '.'), and
+        # the webhook's dry-run of the rendered pool workload then says so with the API server's message.
+        pattern=ENV_NAME_PATTERN,
+        description="Variable name: printable ASCII characters other than '=' (what Kubernetes accepts since 1.32; "
+        "1.30 and 1.31 without RelaxedEnvironmentVariableValidation accept only letters, digits, '_', '-' and '.', "
+        "not starting with a digit), e.g. MY_VAR or my.dotted-name. Rejected: CUDA_VISIBLE_DEVICES and "
+        "NVIDIA_VISIBLE_DEVICES (the device plugin sets them), names the operator sets from typed fields "
+        "(SGLANG_ENABLE_DISAGG_SAMPLING_MASK, MC_GID_INDEX, "
+        "NCCL_IB_GID_INDEX, UCX_IB_GID_INDEX, HF_TOKEN with model.hfTokenSecretRef, HF_HOME, HF_HUB_OFFLINE and "
+        "HF_MODULES_CACHE with model.cache, the compile cache variables with engine.compileCache), and with "
+        "spec.transfer.rdma set the MC_*, UCX_* and NCCL_IB_* families the transfer engines read.",
     )
     value: str | None = Field(default=None, max_length=_MAX_ARG, description="Literal value.")
     value_from: EnvVarSource | None = Field(

@@ -89,6 +89,18 @@ class SpeculativeSpec(SpecModel):
         "each side, per scheduler rank (states is 1, or numSteps with multiLayer): about 511 MiB per 1024 slots for "
         "a Llama-3 vocabulary, 1.5 GiB for DeepSeek-V3 with multiLayer. Needs rejectionSampling on both pools.",
     )
+    expected_accept_length: float | None = Field(
+        default=None,
+        ge=1,
+        le=65,
+        description="The mean accept length (tokens per verify step, bonus token included, as "
+        "sglang:spec_accept_length reports it) this draft reaches on the service's traffic when healthy, e.g. from "
+        "a benchmark of the pair. SpecDecodeHealthy turns False when the measured accept length, normalised as "
+        "(L - 1) / (numDraftTokens - 1), falls more than the operator's drop threshold (25% by default) below it. "
+        "Unset: the operator learns the expectation from the service's own healthy traffic and keeps it in "
+        "status.specDecode. Above 1 and at most numSteps + 1, the longest chain a verify step can accept. Judged "
+        "only, never passed to SGLang: changing it starts no new revision.",
+    )
 
 
 class PoolSpeculativeSpec(SpecModel):

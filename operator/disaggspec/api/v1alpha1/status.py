@@ -90,6 +90,26 @@ class RevisionStatus(StatusModel):
     )
 
 
+class SpecDecodeStatus(StatusModel):
+    """What SpecDecodeHealthy judges against when spec.speculative.expectedAcceptLength is unset: the accept length
+    the operator learned from the service's own healthy traffic (kept here so a restarted operator keeps it)."""
+
+    baseline_accept_length: float = Field(
+        ge=1,
+        le=1025,
+        description="The learned mean accept length (tokens per verify step, bonus included): a step-weighted, "
+        "exponentially weighted mean over healthy windows only (frozen while SpecDecodeHealthy is False).",
+    )
+    baseline_verify_steps: int = Field(
+        ge=0, description="How many verify steps of the decode pods the baseline is based on (two significant digits)."
+    )
+    spec_fingerprint: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The spec fingerprint the baseline was learned under; a new fingerprint starts a new baseline.",
+    )
+
+
 class DisaggSpecServiceStatus(StatusModel):
     """What the operator last observed."""
 
@@ -108,6 +128,11 @@ class DisaggSpecServiceStatus(StatusModel):
         default=None, max_length=128, description="Hash of every setting that must match across the pools."
     )
     endpoint: str | None = Field(default=None, max_length=_MAX_STR, description="URL of the router's Service.")
+    spec_decode: SpecDecodeStatus | None = Field(
+        default=None,
+        description="The learned speculative-decoding baseline (absent until learned, and while "
+        "spec.speculative.expectedAcceptLength is set it is still learned but not judged against).",
+    )
     revisions: list[RevisionStatus] = Field(
         default_factory=list,
         max_length=16,
