@@ -495,8 +495,12 @@ def informers(
     health: Health,
     availability: ApiAvailability,
     on_recovered: Callable[[], None] = lambda: None,
+    kinds: Iterable[apply.Kind] = apply.OWNED_KINDS,
+    selector: str = SELECTOR,
+    report_first_list: bool = False,
 ) -> list[Informer]:
-    """One informer per owned kind and namespace (one cluster-wide per kind when `namespaces` is empty)."""
+    """One informer per kind and namespace (one cluster-wide per kind when `namespaces` is empty); by default the
+    owned kinds' informers, filling the `ChildCache`."""
     scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
     return [
         Informer(
@@ -508,8 +512,10 @@ def informers(
             health=health,
             availability=availability,
             on_recovered=on_recovered,
+            selector=selector,
+            report_first_list=report_first_list,
         )
-        for kind in apply.OWNED_KINDS
+        for kind in kinds
         for namespace in scopes
     ]
 
@@ -526,19 +532,15 @@ def service_informers(
 ) -> list[Informer]:
     """The DisaggSpecService watch: one informer per namespace (or one cluster-wide), every service (no selector),
     its first LIST queueing every service (the resume after a restart)."""
-    scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
-    return [
-        Informer(
-            apply.DSS_RESOURCE,
-            namespace,
-            transport,
-            store,
-            on_change,
-            health=health,
-            availability=availability,
-            on_recovered=on_recovered,
-            selector="",
-            report_first_list=True,
-        )
-        for namespace in scopes
-    ]
+    return informers(
+        transport,
+        store,
+        namespaces,
+        on_change,
+        health=health,
+        availability=availability,
+        on_recovered=on_recovered,
+        kinds=(apply.DSS_RESOURCE,),
+        selector="",
+        report_first_list=True,
+    )

@@ -468,14 +468,14 @@ def assert_one_writer_at_a_time(replicas: tuple[OperatorProcess, ...]) -> int:
     return len(terms)
 
 
-def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Path) -> None:
-    cluster = plane.cluster
-    election = [
+def _election(namespace: str, lease: str) -> list[str]:
+    """Leader-election flags with short timings (lease LEASE_SECONDS, renew deadline 4 s, retry 1 s)."""
+    return [
         "--leader-elect",
         "--leader-election-namespace",
-        ns,
+        namespace,
         "--leader-election-id",
-        "faults-leader",
+        lease,
         "--lease-duration-seconds",
         str(LEASE_SECONDS),
         "--renew-deadline-seconds",
@@ -483,6 +483,11 @@ def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Pat
         "--retry-period-seconds",
         "1",
     ]
+
+
+def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Path) -> None:
+    cluster = plane.cluster
+    election = _election(ns, "faults-leader")
     with (
         operator(plane, ns, log / "a.log", webhook=True, args=election) as first,
         operator(plane, ns, log / "b.log", webhook=True, args=election) as second,
@@ -699,21 +704,7 @@ def test_repeated_long_outages_keep_the_process_leading_and_reconcile_new_servic
     plane: Plane, ns: str, log: Path
 ) -> None:
     cluster = plane.cluster
-    election = [
-        "--leader-elect",
-        "--leader-election-namespace",
-        ns,
-        "--leader-election-id",
-        "outage-leader",
-        "--lease-duration-seconds",
-        str(LEASE_SECONDS),
-        "--renew-deadline-seconds",
-        "4",
-        "--retry-period-seconds",
-        "1",
-        "--health-grace-seconds",
-        str(HEALTH_GRACE),
-    ]
+    election = [*_election(ns, "outage-leader"), "--health-grace-seconds", str(HEALTH_GRACE)]
     with operator(plane, ns, log / "operator.log", args=election) as process:
         pid = process.pid
         wait("the lease", process.is_leader, 30, process)
