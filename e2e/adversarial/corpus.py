@@ -414,7 +414,8 @@ PER_POOL_SPECS: Final[tuple[Spec, ...]] = (
         PER_POOL,
         R,
         {DX: ["--enable-dp-attention", "--dp-size", "2"]},
-        "decode shards attention by data parallel while prefill sends KV sliced for tp 4: the head mapping breaks",
+        "DP attention by hand: a 0.5.2 decode with dp > 1 exits at start without the --prefill-round-robin-balance "
+        "the operator derives, and the typed parallelism rules are bypassed",
     ),
     Spec(
         "decode-attn-backend-chain-torch-native",

@@ -10,6 +10,14 @@ A pod is the runner's when its node carries the annotation `kwok.x-k8s.io/node=f
 Running with a loopback pod IP (and no deletionTimestamp), or as soon as it is being deleted (whatever its phase:
 only the runner finalises deletions in serving mode).
 
+Host-network pods: kwok gives such a pod its node's InternalIP (its `PodIPsWith` returns the node's host IPs for
+`hostNetwork`), and every kwok node reports the one `--node-ip` (127.0.0.1) unless its status names another. The
+runner, as a kubelet reports its node's addresses, gives each kwok node that runs a host-network pod its own
+loopback address, `node_ip` (127.N.255.k in the cluster's pod network 127.N.0.0/16: k from the `gpu-node-<i>` name,
+far above the addresses kwok hands out from the bottom of the range), and sets that address as the pod's IP before
+the pod gets a worker. So the host-network pods of one node share one IP, and two of them binding one port fail as
+they would on a real node.
+
 One runner per state directory (an exclusive lock on `serving/runner.lock`). On start it stops whatever an earlier
 runner left in `serving/processes.json`; once the first list is handled it writes `serving/runner.pid`, which tells
 `start` it is up. On SIGTERM or SIGINT no container starts or restarts any more, every container gets SIGTERM (a
@@ -27,14 +35,16 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import signal
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from e2e.cluster.controlplane import KWOK_NODE_ANNOTATION
+from e2e.cluster.controlplane import KWOK_NODE_ANNOTATION, State
 from e2e.cluster.proctable import ProcessTable, reap_stale, start_ticks
 from e2e.cluster.servingdir import PIDFILE, TABLE, serving_dir
 from e2e.serving import log
@@ -48,6 +58,20 @@ WATCH_SECONDS = 240
 """Server-side length of one watch; the read timeout allows for bookmarks, which come about once a minute."""
 NODE_RECHECK = 10.0
 """How long a node found not to be a kwok node (or not found) is believed."""
+
+
+_NODE_INDEX = re.compile(r"-(\d+)$")
+HOST_SUBNET_OFFSET = 255 * 256
+"""Node addresses start at 127.N.255.1 of the pod network 127.N.0.0/16."""
+
+
+def node_ip(node: str, pod_cidr: str) -> str:
+    """The loopback address of kwok node `node` in the cluster's pod network: 127.N.255.(i + 1) for a node named
+    `...-<i>` (i < 254), else a stable address from a hash of the name."""
+    network = ipaddress.ip_network(pod_cidr)
+    found = _NODE_INDEX.search(node)
+    index = int(found.group(1)) if found and int(found.group(1)) < 254 else zlib.crc32(node.encode()) % 254
+    return str(network[HOST_SUBNET_OFFSET + index + 1])
 
 
 class RunnerError(RuntimeError):
@@ -110,6 +134,11 @@ class Runner:
         self.settings = settings
         self.workers: dict[str, PodWorker] = {}
         self._nodes: dict[str, tuple[bool, float]] = {}
+        state = State.load(state_dir)
+        self.pod_cidr = state.pod_cidr if state is not None else ""
+        """The cluster's pod network (host-network pods get their node's address in it); empty: unknown."""
+        self._addressed: set[str] = set()
+        """kwok nodes whose status already names their own address."""
         self._finalised: set[str] = set()
         self._said: set[str] = set()
         self._lock: TextIO | None = None
@@ -241,7 +270,51 @@ class Runner:
         if not ipaddress.ip_address(pod_ip).is_loopback:
             self._once(uid, f"{metadata['namespace']}/{metadata['name']}: pod IP {pod_ip} is not on loopback: ignored")
             return
+        if (pod.get("spec") or {}).get("hostNetwork") and self.pod_cidr:
+            wanted = node_ip(str(pod["spec"]["nodeName"]), self.pod_cidr)
+            if pod_ip != wanted:
+                await self._host_address(pod, wanted)
+                return  # the worker starts on the pod's next event, which carries the address
         self._add_worker(pod)
+
+    async def _host_address(self, pod: dict[str, Any], address: str) -> None:
+        """Report the node's own address (once per node) and make it the host-network pod's IP (three tries: the
+        pod gets no other event that would retry it)."""
+        node = str(pod["spec"]["nodeName"])
+        ips = [{"ip": address}]
+        for attempt in range(3):
+            if attempt:
+                await asyncio.sleep(0.5)
+            if await self._host_address_once(pod, node, address, ips):
+                return
+
+    async def _host_address_once(self, pod: dict[str, Any], node: str, address: str, ips: list[dict[str, str]]) -> bool:
+        metadata = pod["metadata"]
+        try:
+            if node not in self._addressed:
+                addresses = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": node}]
+                await asyncio.to_thread(
+                    self.api.request,
+                    "PATCH",
+                    f"/api/v1/nodes/{node}/status",
+                    body={"status": {"addresses": addresses}},
+                    content_type="application/merge-patch+json",
+                )
+                self._addressed.add(node)
+                log(f"node {node}: address {address}")
+            # A merge patch replaces the IP lists (a strategic merge would add to them, which validation refuses).
+            patch = {"status": {"podIP": address, "podIPs": ips, "hostIP": address, "hostIPs": ips}}
+            await asyncio.to_thread(
+                self.api.request,
+                "PATCH",
+                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
+                body=patch,
+                content_type="application/merge-patch+json",
+            )
+        except ApiError as error:
+            log(f"{metadata['namespace']}/{metadata['name']}: cannot set the host-network address {address}: {error}")
+            return False
+        return True
 
     def _add_worker(self, pod: dict[str, Any]) -> None:
         worker = PodWorker(self.runtime, pod)

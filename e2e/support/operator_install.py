@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 # DISAGGSPEC_CHART: another checkout's chart (with DISAGGSPEC_OPERATOR_SOURCE, to run a suite against an older commit).
 CHART = Path(os.environ.get("DISAGGSPEC_CHART") or REPO / "charts" / "disaggspec-operator")
 CHART_NAME = "disaggspec-operator"
-WEBHOOK_KINDS = ("validatingwebhookconfiguration",)
+WEBHOOK_KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
 KIND_GPU_RELEASE = "disaggspec"
 KIND_GPU_NAMESPACE = "disaggspec-system"
 
@@ -64,10 +64,10 @@ def clear_foreign_webhook_configurations(cluster: Cluster) -> None:
                 cluster.kubectl("delete", kind, WEBHOOK_CONFIGURATION)
 
 
-def webhook_url(cluster: Cluster) -> str:
+def webhook_url(cluster: Cluster, kind: str = "validatingwebhookconfiguration") -> str:
     return cluster.kubectl(
         "get",
-        "validatingwebhookconfiguration",
+        kind,
         WEBHOOK_CONFIGURATION,
         "-o",
         "jsonpath={.webhooks[*].clientConfig.url}",
@@ -79,7 +79,12 @@ def wait_webhook_registered(
     cluster: Cluster, process: OperatorProcess, description: str = "the operator's webhook registration"
 ) -> None:
     """Wait until the webhook configuration points at `process` (kopf registers it once the operator has started)."""
-    cluster.wait_for(description, lambda: f":{process.webhook_port}/" in webhook_url(cluster), timeout=30)
+    # Both configurations: the specs' validating entry, then the mutating one of host-network pool pods' ports.
+    cluster.wait_for(
+        description,
+        lambda: all(f":{process.webhook_port}/" in webhook_url(cluster, kind) for kind in WEBHOOK_KINDS),
+        timeout=30,
+    )
 
 
 # Flags the local process sets itself: where it listens, and the certificate paths inside the chart's pod.

@@ -191,7 +191,9 @@ def check_rendered_pods(
                 continue  # a worker serves no API: no bootstrap port, annotation or disaggregation to check
         if role == "prefill":
             assert pod["metadata"]["annotations"]["sglang.ai/bootstrap-port"] == bootstrap, where
-            assert {"name": "bootstrap", "containerPort": int(bootstrap), "protocol": "TCP"} in container["ports"]
+            # Under hostNetwork the API server also defaults each port's hostPort to its containerPort.
+            ports = [{k: v for k, v in port.items() if k != "hostPort"} for port in container["ports"]]
+            assert {"name": "bootstrap", "containerPort": int(bootstrap), "protocol": "TCP"} in ports, where
         if role == "router":
             continue
         command = container["command"]

@@ -22,14 +22,16 @@ import kopf
 from disaggspec import admission_children, metrics
 from disaggspec import constants as c
 from disaggspec.rejection import check
+from disaggspec.runtime import pod_ports
 from disaggspec.runtime.controller import Controller
+from disaggspec.runtime.pod_ports import PortAllocator
 
 log = logging.getLogger("disaggspec.handlers")
 
 
 def memo_for(controller: Controller) -> kopf.Memo:
     """kopf's memo for `kopf.run(memo=...)`: every handler finds the controller in it."""
-    return kopf.Memo(controller=controller)
+    return kopf.Memo(controller=controller, ports=PortAllocator.listing(controller.client, controller.namespaces))
 
 
 def _controller(memo: kopf.Memo) -> Controller:
@@ -100,6 +102,7 @@ def enable_webhook() -> None:
         ignore_failures=True,
         persistent=True,
     )(admit)
+    pod_ports.enable_webhook()  # per-pod ports of host-network pool pods that share a node
 
 
 def _plain(body: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from e2e.serving.emulator import dp
 from e2e.serving.emulator.facts import VERSIONS
 from e2e.serving.emulator.group import Resolver, parse_dist_init_addr
 from e2e.serving.emulator.options import KEYS, OptionError, parse_options
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    problem = _multi_node_problem(cfg.nnodes, cfg.tp_size * cfg.pp_size, cfg.dist_init_addr)
+    problem = _multi_node_problem(cfg.nnodes, cfg.tp_size * cfg.pp_size, cfg.dist_init_addr) or dp.startup_error(cfg)
     if problem is not None:
         logging.getLogger("emulator").error("%s", problem)
         return 1

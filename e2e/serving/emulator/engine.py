@@ -23,7 +23,7 @@ from typing import Any, Final, NoReturn
 
 import aiohttp
 
-from e2e.serving.emulator import pd, revision, textgen
+from e2e.serving.emulator import dp, pd, revision, textgen
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts
 from e2e.serving.emulator.fingerprint import fingerprint_hash, mismatch_message, speculative_fingerprint
 from e2e.serving.emulator.metrics import Metrics
@@ -67,6 +67,13 @@ class GenRequest:
     bootstrap_port: int | None = None
     bootstrap_room: int | None = None
     log_metrics: bool = True
+    routed_dp_rank: int | None = None
+    """The DP rank the request names for this server: 0.5.2 `data_parallel_rank`, 0.5.23 `routed_dp_rank` (or its
+    deprecated alias `data_parallel_rank`)."""
+    disagg_prefill_dp_rank: int | None = None
+    """0.5.23: the prefill DP rank holding the request's KV, as a router may name it (decode side)."""
+    dp_rank: int = 0
+    """The DP rank this server's DP controller placed the request on (`dp.Dispatcher`)."""
 
     @property
     def is_fake(self) -> bool:
@@ -138,6 +145,9 @@ class Engine:
             version_facts, cfg.served_model_name, cfg.disaggregation_mode, tp_ranks=node_tp_ranks(cfg)
         )
         self.fingerprint = speculative_fingerprint(cfg, options)
+        self.layout = dp.layout(cfg)
+        self.dispatcher = dp.Dispatcher(self.layout)
+        """This server's DP controller (one DP rank unless DP attention or replicas)."""
         self.counters = Counters()
         self.bootstrap: pd.BootstrapServer | None = None
         self._orphan_rooms = pd.RoomTable()
@@ -190,10 +200,10 @@ class Engine:
         throughput = sum(n for _, n in c.generated_recent) / 10.0
         self.metrics.set_usage(used_tokens=c.used_tokens, capacity=TOKEN_CAPACITY, gen_throughput=throughput)
 
-    def crash(self, reason: str) -> NoReturn:
-        """Die like SGLang after a scheduler exception: the scheduler logs it and SIGQUITs the server, which kills
-        its process tree (0.5.2 utils.py:841-877: SIGKILL to itself), dropping every connection."""
-        log.error("Scheduler hit an exception: %s", reason)
+    def crash(self, reason: str, who: str = "Scheduler") -> NoReturn:
+        """Die like SGLang after a scheduler (or DP controller) exception: it logs it and SIGQUITs the server, which
+        kills its process tree (0.5.2 utils.py:841-877: SIGKILL to itself), dropping every connection."""
+        log.error("%s hit an exception: %s", who, reason)
         log.error("Received sigquit from a child process. It usually means the child failed.")
         for hook in self.before_crash:
             hook()
@@ -211,6 +221,7 @@ class Engine:
             "ip": self.bind,
             "fingerprint": self.fingerprint,
             "revision": self.options.revision,
+            "dp_rank": req.dp_rank,
         }
         prefill: dict[str, Any] | None
         decode: dict[str, Any] | None
@@ -237,6 +248,11 @@ class Engine:
             "fingerprint_match": (prefill_fp == decode_fp) if (prefill and decode) else None,
             "prefill_revision": prefill.get("revision") if prefill else None,
             "decode_revision": decode.get("revision") if decode else None,
+            "prefill_dp_rank": prefill.get("dp_rank") if prefill else None,
+            "decode_dp_rank": decode.get("dp_rank") if decode else None,
+            # The DP ranks the request itself named (a DP-aware router's fields), as this server received them.
+            "routed_dp_rank": req.routed_dp_rank,
+            "disagg_prefill_dp_rank": req.disagg_prefill_dp_rank,
             "sglang_version": self.cfg.version,
         }
 
@@ -254,6 +270,10 @@ class Engine:
         if req.bootstrap_port is None:
             # 0.5.2 managers/scheduler.py:1164-1166: the server's own --disaggregation-bootstrap-port.
             req.bootstrap_port = self.cfg.bootstrap_port
+        self._dispatch(req)
+        counted = not health_check and not req.is_fake
+        if counted:
+            self.dispatcher.start(req.dp_rank)
         started = time.monotonic()
         tokens = len(req.input_ids)
         self.counters.in_flight += 1
@@ -272,9 +292,24 @@ class Engine:
                 self.metrics.observe_aborted_request()
             raise
         finally:
+            if counted:
+                self.dispatcher.finish(req.dp_rank)
             self.counters.in_flight -= 1
             self.counters.used_tokens -= tokens
             self._update_gauges()
+
+    def _dispatch(self, req: GenRequest) -> None:
+        """The DP controller places the request on a DP rank (`dp.Dispatcher`): 0.5.23's tokenizer refuses an
+        out-of-range routed rank (HTTP 400); a dispatch exception kills a 0.5.2 server (its DP controller process
+        raises and SIGQUITs it)."""
+        try:
+            self.dispatcher.check(req.routed_dp_rank)
+            room = req.bootstrap_room if not req.is_fake else 0
+            req.dp_rank = self.dispatcher.choose(room, req.routed_dp_rank)
+        except dp.DispatchError as exc:
+            if exc.status is not None:
+                raise Abort(exc.message, exc.status) from None
+            self.crash(f"Traceback (most recent call last): ... {exc.message}", who="DataParallelController")
 
     # --- prefill ----------------------------------------------------------------------------------------------------
 
@@ -285,14 +320,16 @@ class Engine:
         if not req.is_fake and room_id is not None:
             # With fail=bootstrap-refused nothing can reach this table, so the request waits out its bootstrap timeout.
             rooms = self.bootstrap.rooms if self.bootstrap is not None else self._orphan_rooms
-            room = rooms.get(room_id)
+            room = rooms.get(room_id, req.dp_rank)
             room.prefill = {
                 "pod": self.pod_name,
                 "ip": self.bind,
                 "fingerprint": self.fingerprint,
                 "revision": self.options.revision,
                 "rid": req.rid,
+                "dp_rank": req.dp_rank,
             }
+            self._prefill_dp_bookkeeping(req, room)
             if room.decode is not None and room.status == pd.BOOTSTRAPPING:
                 room.status = pd.WAITING_FOR_INPUT
             room.touch()
@@ -318,6 +355,19 @@ class Engine:
         out = self._output(req, [first_id], first_text, {"type": "length", "length": 0}, 0, decode_peer, started)
         self._finish_metrics(req, out, started, first_token_at=time.monotonic())
         yield out
+
+    def _prefill_dp_bookkeeping(self, req: GenRequest, room: pd.Room) -> None:
+        """0.5.23's KV sender with several DP ranks (common/conn.py:2160-2181): a prefill that does not follow the room
+        registers the room's DP rank with its bootstrap server (in-process here: SGLang POSTs /register_dp_rank to
+        it); a room-following prefill whose request was routed to another rank fails it at once."""
+        if req.disagg_prefill_dp_rank is not None or req.bootstrap_room is None:
+            return
+        conflict = dp.prefill_conflict(self.layout, req.dp_rank, req.bootstrap_room)
+        if conflict is not None:
+            room.status, room.failure = pd.FAILED, conflict
+            room.touch()
+        elif dp.prefill_registers_room(self.layout) and self.bootstrap is not None:
+            self.bootstrap.room_to_dp_rank[req.bootstrap_room] = {"dp_rank": req.dp_rank, "timestamp": time.time()}
 
     async def _wait_for_decode(self, req: GenRequest, room: pd.Room, started: float) -> None:
         """KVPoll.Bootstrapping until the decode's indices arrive (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)."""
@@ -467,31 +517,44 @@ class Engine:
         info = await self._ensure_parallel_info(addr)
         room = req.bootstrap_room
         dp_size = int(info.get("dp_size") or 1)
-        dp_rank = room % dp_size
+        # Which prefill DP rank holds the room (dp.decode_static_rank; 0.5.23 may have to ask the bootstrap server).
+        named = req.routed_dp_rank if self.cfg.version == "0.5.2" else req.disagg_prefill_dp_rank
+        follow = bool(info.get("follow_bootstrap_room", True))
+        static = dp.decode_static_rank(self.cfg.version, room, dp_size, follow, named)
+        dp_rank = static if static is not None else await self._query_prefill_dp_rank(addr, room)
+        # The prefill attention-TP ranks this decode's TP rank 0 pairs with (each must be registered).
+        tp_ranks = dp.target_tp_ranks(self.layout.attn_tp_size, int(info.get("attn_tp_size") or 1))
         session = self.session()
+        rank: dict[str, Any] | None = None
         if self.cfg.version == "0.5.2":
             pp_size = int(info.get("pp_size") or 1)
-            rank: dict[str, Any] | None = None
-            for pp_rank in range(pp_size):
-                url = f"http://{addr}/route?engine_rank=0&target_dp_group={dp_rank}&target_pp_rank={pp_rank}"
+            for tp_rank in tp_ranks:
+                for pp_rank in range(pp_size):
+                    url = (
+                        f"http://{addr}/route?engine_rank={tp_rank}&target_dp_group={dp_rank}&target_pp_rank={pp_rank}"
+                    )
+                    got = await pd.http_get_json(session, url, timeout=5)
+                    if got is None or got[0] != 200 or not isinstance(got[1], dict):
+                        raise pd.HandshakeError(
+                            f"Could not fetch bootstrap info for engine rank: 0 and target_dp_group: {dp_rank} "
+                            f"and target_pp_rank {pp_rank}",
+                            "handshake",
+                        )
+                    rank = rank or got[1]
+        else:
+            for tp_rank in tp_ranks:
+                url = (
+                    f"http://{addr}/route?prefill_dp_rank={dp_rank}&prefill_cp_rank=0&target_tp_rank={tp_rank}"
+                    "&target_pp_rank=0"
+                )
                 got = await pd.http_get_json(session, url, timeout=5)
                 if got is None or got[0] != 200 or not isinstance(got[1], dict):
                     raise pd.HandshakeError(
-                        f"Could not fetch bootstrap info for engine rank: 0 and target_dp_group: {dp_rank} "
-                        f"and target_pp_rank {pp_rank}",
+                        f"Could not fetch bootstrap info for: prefill_dp_rank: {dp_rank} prefill_cp_rank: 0 "
+                        f"target_tp_rank: {tp_rank} and target_pp_rank 0",
                         "handshake",
                     )
                 rank = rank or got[1]
-        else:
-            url = f"http://{addr}/route?prefill_dp_rank={dp_rank}&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0"
-            got = await pd.http_get_json(session, url, timeout=5)
-            if got is None or got[0] != 200 or not isinstance(got[1], dict):
-                raise pd.HandshakeError(
-                    f"Could not fetch bootstrap info for: prefill_dp_rank: {dp_rank} prefill_cp_rank: 0 "
-                    f"target_tp_rank: 0 and target_pp_rank 0",
-                    "handshake",
-                )
-            rank = got[1]
         assert rank is not None
         rank_url = f"http://{rank['rank_ip']}:{rank['rank_port']}"
         me = {
@@ -502,10 +565,13 @@ class Engine:
             "revision": self.options.revision,
             "rid": req.rid,
             "sglang_version": self.cfg.version,
+            "dp_rank": req.dp_rank,
         }
         try:
             async with session.post(
-                f"{rank_url}{EMULATOR_PREFIX}rooms/{room}/decode", json=me, timeout=aiohttp.ClientTimeout(total=5)
+                f"{rank_url}{EMULATOR_PREFIX}rooms/{room}/decode?dp_rank={dp_rank}",
+                json=me,
+                timeout=aiohttp.ClientTimeout(total=5),
             ) as response:
                 answered = await response.read() if response.status == 200 else b""
         except (aiohttp.ClientError, TimeoutError, OSError):
@@ -517,7 +583,32 @@ class Engine:
             # 0.5.2 sends over ZMQ without a failure path; the heartbeat notices (see _wait_for_transfer).
             answered = b""
         self._check_revision(req, addr, answered)
-        return {"addr": addr, "rank_url": rank_url}
+        return {"addr": addr, "rank_url": rank_url, "dp_rank": dp_rank}
+
+    async def _query_prefill_dp_rank(self, addr: str, room: int) -> int:
+        """0.5.23, a prefill that does not follow the room: the decode keeps the request pending and asks the
+        bootstrap server's /query_dp_ranks until the prefill registered the room (decode.py:1267-1331). SGLang keeps
+        it pending for as long as it takes; the emulator gives up after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT."""
+        deadline = time.monotonic() + self.timeouts.bootstrap
+        while time.monotonic() < deadline:
+            try:
+                async with self.session().post(
+                    f"http://{addr}/query_dp_ranks",
+                    json={"bootstrap_rooms": [room]},
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as response:
+                    found = await response.json(content_type=None) if response.status == 200 else {}
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                log.error("Error querying dp_ranks from bootstrap: %s", exc)
+                found = {}
+            if isinstance(found, dict) and str(room) in found:
+                return int(found[str(room)])
+            await asyncio.sleep(0.05)
+        raise pd.HandshakeError(
+            f"emulator: no prefill DP rank registered for bootstrap_room {room} at {addr} within "
+            f"{self.timeouts.bootstrap}s (SGLang keeps the request pending)",
+            "handshake",
+        )
 
     def _check_revision(self, req: GenRequest, addr: str, answered: bytes) -> None:
         """The cross-revision oracle (not SGLang): the room answer names the prefill's revision; a different one
@@ -639,7 +730,7 @@ class Engine:
         heart-beating like the decode's heartbeat checker (HEARTBEAT_INTERVAL, HEARTBEAT_MAX_FAILURE)."""
         init_time = time.monotonic()
         failures = 0
-        url = f"{info['rank_url']}{EMULATOR_PREFIX}rooms/{req.bootstrap_room}"
+        url = f"{info['rank_url']}{EMULATOR_PREFIX}rooms/{req.bootstrap_room}?dp_rank={info.get('dp_rank', 0)}"
         while True:
             elapsed = time.monotonic() - init_time
             remaining = self.timeouts.waiting - elapsed
@@ -653,7 +744,7 @@ class Engine:
                     f"Request {req.bootstrap_room} timed out after {elapsed:.1f}s in KVPoll.WaitingForInput", "transfer"
                 )
             wait = min(remaining, self.timeouts.heartbeat_interval)
-            got = await pd.http_get_json(self.session(), f"{url}?wait={wait:.3f}", timeout=wait + 5)
+            got = await pd.http_get_json(self.session(), f"{url}&wait={wait:.3f}", timeout=wait + 5)
             if got is None or got[0] != 200 or not isinstance(got[1], dict):
                 failures += 1
                 log.info("Attempting to reconnect to %s...", info["addr"])

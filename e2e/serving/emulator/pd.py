@@ -17,8 +17,11 @@ Real SGLang (mooncake backend, the default) does this in three places:
 The emulator keeps the two real bootstrap routes byte-compatible and carries the per-room part that SGLang sends
 over ZMQ as emulator-only HTTP routes on the same server (`/emulator/rooms/...`): the decode posts its identity for
 a room (its "KV indices") and long-polls the room's state; the prefill, in the same process as its bootstrap server,
-updates the room directly. The rank address the decode gets from `GET /route` is the bootstrap server itself. Every
-room answer also names the prefill's serving revision, for the cross-revision oracle (`revision.py`, not SGLang).
+updates the room directly. The rank address the decode gets from `GET /route` is the bootstrap server itself, standing
+for every rank's socket: the room routes take the prefill DP rank the decode targets (`?dp_rank=`, default 0), and a
+room exists per (DP rank, room), so a decode that targets another DP rank than the one the prefill's DP controller
+chose never meets the request, as on GPUs (`dp.py`). Every room answer also names the prefill's serving revision, for
+the cross-revision oracle (`revision.py`, not SGLang).
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ class Room:
     """One bootstrap room: a request split over a prefill and a decode."""
 
     room: int
+    dp_rank: int = 0
+    """The prefill DP rank whose KV sender holds this room."""
     status: str = BOOTSTRAPPING
     prefill: dict[str, Any] | None = None
     decode: dict[str, Any] | None = None
@@ -118,6 +123,7 @@ class Room:
     def public(self) -> dict[str, Any]:
         return {
             "room": self.room,
+            "dp_rank": self.dp_rank,
             "status": self.status,
             "prefill": self.prefill,
             "decode": self.decode,
@@ -127,25 +133,25 @@ class Room:
 
 
 class RoomTable:
-    """The rooms a prefill's bootstrap server knows (bounded: the oldest are forgotten first)."""
+    """The rooms a prefill's bootstrap server knows, per (DP rank, room) (bounded: the oldest are forgotten first)."""
 
     def __init__(self) -> None:
-        self._rooms: OrderedDict[int, Room] = OrderedDict()
+        self._rooms: OrderedDict[tuple[int, int], Room] = OrderedDict()
 
-    def get(self, room: int) -> Room:
-        found = self._rooms.get(room)
+    def get(self, room: int, dp_rank: int = 0) -> Room:
+        found = self._rooms.get((dp_rank, room))
         if found is None:
-            found = Room(room)
-            self._rooms[room] = found
+            found = Room(room, dp_rank)
+            self._rooms[(dp_rank, room)] = found
             while len(self._rooms) > MAX_ROOMS:
                 self._rooms.popitem(last=False)
         return found
 
-    def peek(self, room: int) -> Room | None:
-        return self._rooms.get(room)
+    def peek(self, room: int, dp_rank: int = 0) -> Room | None:
+        return self._rooms.get((dp_rank, room))
 
-    def fail(self, room: int, reason: str) -> None:
-        entry = self.get(room)
+    def fail(self, room: int, reason: str, dp_rank: int = 0) -> None:
+        entry = self.get(room, dp_rank)
         if entry.status not in (SUCCESS, FAILED):
             entry.status = FAILED
             entry.failure = reason
@@ -367,7 +373,7 @@ class BootstrapServer:
     async def _handle_room_decode(self, request: web.Request) -> web.Response:
         """The decode's KV indices for a room (SGLang: the decode's ZMQ message to the prefill rank). A decode of
         another revision fails the room (test oracle), so this prefill's half ends at once instead of transferring."""
-        room = self.rooms.get(int(request.match_info["room"]))
+        room = self.rooms.get(int(request.match_info["room"]), _dp_rank(request))
         decode = await request.json()
         room.decode = decode
         decode_revision = decode.get("revision") if isinstance(decode, dict) else None
@@ -380,7 +386,7 @@ class BootstrapServer:
                 room=room.room,
             )
             log.error(reason)
-            self.rooms.fail(room.room, reason)
+            self.rooms.fail(room.room, reason, room.dp_rank)
             return self._room_answer(room)
         if room.status == BOOTSTRAPPING and room.prefill is not None:
             room.status = WAITING_FOR_INPUT
@@ -389,7 +395,7 @@ class BootstrapServer:
 
     async def _handle_room_get(self, request: web.Request) -> web.Response:
         """The room's state; `?wait=S` long-polls until it is Success or Failed, or S seconds passed."""
-        room = self.rooms.get(int(request.match_info["room"]))
+        room = self.rooms.get(int(request.match_info["room"]), _dp_rank(request))
         wait = min(float(request.query.get("wait", "0") or 0), 30.0)
         deadline = time.monotonic() + wait
         while room.status not in (SUCCESS, FAILED):
@@ -399,6 +405,14 @@ class BootstrapServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(room.changed.wait(), remaining)
         return self._room_answer(room)
+
+
+def _dp_rank(request: web.Request) -> int:
+    """The prefill DP rank an emulator-only room request addresses (SGLang: the socket of that rank)."""
+    try:
+        return int(request.query.get("dp_rank", "0") or 0)
+    except ValueError:
+        return 0
 
 
 # --- the decode's side --------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from e2e.serving.emulator import openai, pd, textgen
+from e2e.serving.emulator import dp, openai, pd, textgen
 from e2e.serving.emulator.engine import TOKEN_CAPACITY, Abort, Engine, GenRequest, new_rid
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts, facts_for
 from e2e.serving.emulator.group import GroupError, GroupLeader, GroupMember, Resolver, parse_dist_init_addr
@@ -141,6 +141,7 @@ class EmulatorServer:
         add("GET", "/v1/models/{model:.+}", self.v1_model)
         add("GET", "/ping", self.ping)
         add("POST", EMULATOR_PREFIX + "options", self.set_options)
+        add("GET", EMULATOR_PREFIX + "dp", self.dp_report)
         if self.cfg.enable_metrics:
             # add_prometheus_middleware mounts the exporter at ^/metrics(?P<path>.*)$ (so /metrics/ works too).
             add("GET", "/metrics", self.metrics)
@@ -232,6 +233,11 @@ class EmulatorServer:
         log.info("emulator: options changed at run time: %s", changes)
         return web.json_response({key.replace("_", "-"): value for key, value in changes.items()})
 
+    async def dp_report(self, request: web.Request) -> web.Response:
+        """`GET /emulator/dp`: this server's DP layout and the requests each DP rank was given (emulator-only; SGLang
+        shows per-rank load in its metrics' dp_rank label, which the emulator does not export)."""
+        return web.json_response(self.engine.dispatcher.report())
+
     # --- info -------------------------------------------------------------------------------------------------------
 
     async def model_info(self, request: web.Request) -> web.Response:
@@ -277,11 +283,29 @@ class EmulatorServer:
         cfg = dataclasses.asdict(self.cfg)
         for key in ("given", "version", "bootstrap_port", "transfer_backend", "kv_checksum"):
             cfg.pop(key, None)
+        for key in ("attn_dp_size_flag", "decode_tp_hint", "decode_dp_hint"):
+            cfg.pop(key, None)
         out.update(cfg)
+        out.update(self._resolved_dp_args())
         out["disaggregation_bootstrap_port"] = self.cfg.bootstrap_port
         out["disaggregation_transfer_backend"] = self.cfg.transfer_backend
         out["host"] = self.cfg.given.get("--host", "127.0.0.1")
         return out
+
+    def _resolved_dp_args(self) -> dict[str, Any]:
+        """The DP fields as the release resolves them (dp.layout): 0.5.2 turns DP attention off for dp 1
+        (server_args.py:634-635) and fills a prefill's decode hints with its own sizes (:828-831); 0.5.23 rewrites
+        the deprecated spelling to attn_dp_size (arg_groups/parallel_hook.py:39-62) and resolves `auto`."""
+        lay = self.engine.layout
+        resolved: dict[str, Any] = {"load_balance_method": lay.load_balance_method}
+        if self.cfg.version == "0.5.2":
+            resolved["enable_dp_attention"] = lay.attn_dp_size > 1
+            if self.cfg.disaggregation_mode == "prefill":
+                resolved["disaggregation_decode_tp"] = self.cfg.decode_tp_hint or self.cfg.tp_size
+                resolved["disaggregation_decode_dp"] = self.cfg.decode_dp_hint or self.cfg.dp_size
+        else:
+            resolved.update(attn_dp_size=lay.attn_dp_size, dp_size=lay.system_dp_size, enable_dp_attention=False)
+        return resolved
 
     def _internal_state(self) -> dict[str, Any]:
         # 0.5.2 managers/scheduler.py:2243-2269.
@@ -511,6 +535,10 @@ class EmulatorServer:
             log_metrics=bool(body.get("log_metrics", True)),
         )
 
+    def _with_dp_ranks(self, req: GenRequest, body: dict[str, Any]) -> GenRequest:
+        req.routed_dp_rank, req.disagg_prefill_dp_rank = dp.request_ranks(self.cfg.version, body)
+        return req
+
     def _abort_json(self, exc: Abort) -> web.Response:
         """A non-streamed abort: 400 -> ValueError -> {"error": {"message"}} (_create_error_response); 5xx ->
         fastapi.HTTPException -> ErrorResponse via the exception handler (0.5.2 http_server.py:289-299,
@@ -527,7 +555,7 @@ class EmulatorServer:
         if isinstance(body, web.Response):
             return body
         try:
-            req = self._generate_request(body)
+            req = self._with_dp_ranks(self._generate_request(body), body)
         except (openai.BadRequest, TypeError, ValueError) as exc:
             return web.json_response({"error": {"message": str(exc)}}, status=400)
         outputs = self._tracked(self.engine.generate(req))
@@ -580,7 +608,7 @@ class EmulatorServer:
         if isinstance(body, web.Response):
             return body
         try:
-            req = openai.chat_request(body) if chat else openai.completion_request(body)
+            req = self._with_dp_ranks(openai.chat_request(body) if chat else openai.completion_request(body), body)
         except (openai.BadRequest, TypeError, ValueError) as exc:
             return web.json_response(openai.error_response(str(exc), "BadRequestError", 400), status=400)
         model = str(body.get("model") or openai.DEFAULT_MODEL_NAME)
@@ -627,17 +655,17 @@ class EmulatorServer:
         """Each prefill rank's PUT /route once its KV manager exists (0.5.2 mooncake/conn.py:1023-1066; 0.5.23
         common/conn.py _register_to_bootstrap, with patch 0002's spec_fingerprint)."""
         cfg = self.cfg
-        dp_attention = cfg.enable_dp_attention
-        attn_dp = cfg.dp_size if dp_attention else 1
-        system_dp = 1 if dp_attention else cfg.dp_size
+        lay = self.engine.layout
+        attn_dp, system_dp = lay.attn_dp_size, lay.system_dp_size
+        dp_attention = attn_dp > 1
         url = f"http://{self.bind}:{cfg.bootstrap_port}/route"
         async with aiohttp.ClientSession() as session:
-            for dp_rank in range(max(attn_dp, system_dp)):
-                for tp_rank in range(cfg.attn_tp_size):
+            for dp_rank in range(lay.num_dp_ranks):
+                for tp_rank in range(lay.attn_tp_size):
                     for pp_rank in range(cfg.pp_size):
                         payload: dict[str, Any] = {
                             "role": "Prefill",
-                            "attn_tp_size": cfg.attn_tp_size,
+                            "attn_tp_size": lay.attn_tp_size,
                             "attn_tp_rank": tp_rank,
                             "attn_dp_size": attn_dp,
                             "attn_dp_rank": dp_rank if dp_attention else 0,
@@ -659,7 +687,7 @@ class EmulatorServer:
                                     "decode_allocation_policy": cfg.given.get(
                                         "--disaggregation-decode-allocation-policy", "early"
                                     ),
-                                    "load_balance_method": "follow_bootstrap_room",
+                                    "load_balance_method": lay.load_balance_method,
                                     "spec_fingerprint": self.engine.fingerprint,
                                 }
                             )

@@ -35,6 +35,7 @@ BOOL_FLAGS: Final = frozenset(
         "--disaggregation-enable-kv-checksum",  # 0.5.23 only
         "--speculative-use-rejection-sampling",  # 0.5.23 only
         "--enable-multi-layer-eagle",  # 0.5.23 only
+        "--prefill-round-robin-balance",  # 0.5.2 only (server_args.py:1406-1410)
     }
 )
 
@@ -71,10 +72,31 @@ TYPED: Final[dict[str, Callable[[str], Any]]] = {
     "--nnodes": int,
     "--node-rank": int,
     "--dist-init-addr": str,
+    # DP attention and its PD hints (dp.py): 0.5.2 server_args.py:1395-1404 and :2130-2141; 0.5.23
+    # arg_groups/fields/parallel.py:81-103. 0.5.23 has --attn-dp-size (alias --attention-data-parallel-size) and no
+    # decode hints; 0.5.2 the hints and no --attn-dp-size. Expert-parallel sizes: 0.5.2's canonical option is
+    # --expert-parallel-size (alias --ep-size), 0.5.23's --ep-size.
+    "--attn-dp-size": int,
+    "--load-balance-method": str,
+    "--disaggregation-decode-tp": int,
+    "--disaggregation-decode-dp": int,
+    "--ep-size": int,
+    "--expert-parallel-size": int,
 }
 CHOICES: Final[dict[str, tuple[str, ...]]] = {
     # 0.5.2 server_args.py:2057-2062; 0.5.23 arg_groups/fields/disagg.py:55-58.
     "--disaggregation-mode": ("null", "prefill", "decode"),
+}
+VERSION_CHOICES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    # 0.5.2 server_args.py:1395-1404; 0.5.23 arg_groups/fields/parallel.py:91-102.
+    ("0.5.2", "--load-balance-method"): ("round_robin", "shortest_queue", "minimum_tokens"),
+    ("0.5.23", "--load-balance-method"): (
+        "auto",
+        "round_robin",
+        "follow_bootstrap_room",
+        "total_requests",
+        "total_tokens",
+    ),
 }
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -203,7 +225,7 @@ def _convert(version: Version, canon: str, raw: str) -> Any:
         raise ArgvError(
             f"argument {_option_strings(version, canon)}: invalid {converter.__name__} value: {raw!r}"
         ) from None
-    choices = CHOICES.get(canon)
+    choices = CHOICES.get(canon) or VERSION_CHOICES.get((version, canon))
     if choices is not None and value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise ArgvError(f"argument {_option_strings(version, canon)}: invalid choice: {value!r} (choose from {listed})")
@@ -250,15 +272,16 @@ class ServerConfig:
     node_rank: int = 0
     dist_init_addr: str | None = None
     """`host:port` of the group's rendezvous (torch.distributed's TCPStore on node rank 0)."""
-
-    @property
-    def attn_tp_size(self) -> int:
-        # 0.5.2 server_args.py / 0.5.23 parallel hook: attention TP = tp / dp with DP attention, else tp.
-        return self.tp_size // self.dp_size if self.enable_dp_attention and self.dp_size > 0 else self.tp_size
-
-    @property
-    def attn_dp_size(self) -> int:
-        return self.dp_size if self.enable_dp_attention else 1
+    attn_dp_size_flag: int = 1
+    """0.5.23 `--attn-dp-size` as given (default 1); the resolved DP layout is `dp.layout(cfg)`."""
+    load_balance_method: str | None = None
+    """`--load-balance-method` as given (None: the release's default, resolved by `dp.layout`)."""
+    prefill_round_robin_balance: bool = False
+    """0.5.2 decode: the promise that the prefill dispatches by room (asserted on a DP decode)."""
+    decode_tp_hint: int | None = None
+    """0.5.2 prefill: `--disaggregation-decode-tp`."""
+    decode_dp_hint: int | None = None
+    """0.5.2 prefill: `--disaggregation-decode-dp`."""
 
 
 def _pick(parsed: Parsed, *options: str, default: Any = None) -> Any:
@@ -322,6 +345,11 @@ def server_config(version: Version, argv: Sequence[str]) -> ServerConfig:
         nnodes=int(parsed.get("--nnodes", 1)),
         node_rank=int(parsed.get("--node-rank", 0)),
         dist_init_addr=parsed.get("--dist-init-addr"),
+        attn_dp_size_flag=int(parsed.get("--attn-dp-size", 1)),
+        load_balance_method=parsed.get("--load-balance-method"),
+        prefill_round_robin_balance=bool(parsed.get("--prefill-round-robin-balance", False)),
+        decode_tp_hint=parsed.get("--disaggregation-decode-tp"),
+        decode_dp_hint=parsed.get("--disaggregation-decode-dp"),
     )
 
 

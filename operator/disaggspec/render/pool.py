@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, pool
 from disaggspec.api.v1alpha1 import GPU_RESOURCE
-from disaggspec.render import caches, disruption, lifecycle, names, rdma, sizing
+from disaggspec.render import caches, disruption, lifecycle, names, ports, rdma, sizing
 from disaggspec.sglang.args import NODE_RANK_LEADER, NODE_RANK_WORKER, SERVER_PORT, server_args
 from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, SGLangProfile, profile_for
 
@@ -119,6 +119,8 @@ def _pod_metadata(service: DisaggSpecService, role: PoolName, fingerprint: str, 
         **names.labels(service, role),
         c.LABEL_FINGERPRINT: fingerprint,
         c.LABEL_VERSION: spec.sglang.version,
+        # Host-network pods on part of a node get their own ports at creation (render/ports.py).
+        **ports.template_labels(spec, pool_spec, pod_gpus(service, role)),
     }
     annotations = {**pool_spec.pod_annotations, **rdma.pod_annotations(spec.transfer)}
     if role == c.ROLE_PREFILL and kind != "worker":

@@ -52,6 +52,8 @@ def command(service: DisaggSpecService, fingerprint: str) -> list[str]:
         "--service-discovery",
         "--service-discovery-namespace",
         str(service.metadata.namespace),
+        # Every pool pod's port with sglang-router; with smg only the fallback for a pod without the annotation
+        # smg.ai/worker-ports, which host-network pods sharing a node carry (their ports: render/ports.py).
         "--service-discovery-port",
         str(SERVER_PORT),
         "--prefill-selector",

@@ -27,6 +27,7 @@ import kopf
 
 from disaggspec import apply
 from disaggspec import constants as c
+from disaggspec.runtime import pod_ports
 from disaggspec.runtime.health import Health
 
 log = logging.getLogger("disaggspec.webhookconfig")
@@ -165,6 +166,10 @@ class ConfiguringWebhookServer(kopf.WebhookServer):
         while True:
             try:
                 await asyncio.to_thread(apply_configuration, self.client, manifest)
+                # The host-port webhook of pool pods (runtime.pod_ports) is served by the same server.
+                ports_config = with_handler_id(client_config, pod_ports.HANDLER_ID)
+                ports_manifest = pod_ports.configuration(ports_config, self.timeout_seconds)
+                await asyncio.to_thread(pod_ports.apply_configuration, self.client, ports_manifest)
             except Exception as error:
                 delay = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS) - 1)]
                 attempt += 1

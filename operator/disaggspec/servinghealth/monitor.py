@@ -2,8 +2,9 @@
 
 Every `interval_seconds`, on its own thread and only on the leader, it lists the pool pods (one LIST of pods labelled
 `disaggspec.io/role`, per watched namespace: the operator's ClusterRole already grants pods get/list/watch for the
-routers' Roles), scrapes each ready pod's `http://<podIP>:<port>/metrics` (a thread pool of `concurrency`, each
-request bounded by `timeout_seconds`), or sends the per-service instant queries to Prometheus, keeps each pod's
+routers' Roles), scrapes each ready pod's `http://<podIP>:<port>/metrics` (its `http` container port, which
+host-network pods sharing a node each have of their own, else `port`; a thread pool of `concurrency`, each request
+bounded by `timeout_seconds`), or sends the per-service instant queries to Prometheus, keeps each pod's
 scrapes for `window_seconds`, and judges (`judge`). Reconcile passes only read the latest verdict (`verdict`): a pod
 that does not answer delays the next measurement, never a pass. When a service's verdict changes (its reasons), the
 service is requeued so the normal pass writes the conditions with the rest of the status and emits the Events.
@@ -316,10 +317,12 @@ class Monitor:
                 and ready(pod)
                 and not meta.get("deletionTimestamp")
             ):
-                pods[key].append((str(meta["name"]), role, str(pod["status"]["podIP"])))
-        targets = [(key, name, role, ip) for key, found in pods.items() for name, role, ip in found]
-        port, timeout = self.settings.port, self.settings.timeout_seconds
-        futures = [self._pool.submit(self._fetch, f"http://{ip}:{port}/metrics", timeout) for _, _, _, ip in targets]
+                pods[key].append(
+                    (str(meta["name"]), role, f"{pod['status']['podIP']}:{_http_port(pod, self.settings.port)}")
+                )
+        targets = [(key, name, role, where) for key, found in pods.items() for name, role, where in found]
+        timeout = self.settings.timeout_seconds
+        futures = [self._pool.submit(self._fetch, f"http://{where}/metrics", timeout) for _, _, _, where in targets]
         now = self._clock()
         horizon = now - self.settings.window_seconds
         answered: dict[Key, list[PodWindow]] = {key: [] for key in keys}
@@ -368,3 +371,13 @@ class Monitor:
     def _query(self, promql: str) -> dict[str, float]:
         url = f"{self.settings.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
         return prometheus.per_pod(json.loads(self._fetch(url, self.settings.timeout_seconds)))
+
+
+def _http_port(pod: Mapping[str, Any], default: int) -> int:
+    """The pod's own `http` container port (host-network pods that share a node each have theirs: render/ports.py),
+    else `default`."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "http" and port.get("containerPort"):
+                return int(port["containerPort"])
+    return default

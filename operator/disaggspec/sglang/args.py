@@ -1,7 +1,8 @@
 """Builds each pool's SGLang server command line from the typed spec; pure.
 
 The command is `python3 -m sglang.launch_server` followed by flags in a fixed order: model, parallelism (with the
-node count, rank and rendezvous address of a multi-node pool), network,
+node count, rank and rendezvous address of a multi-node pool, then the pool's `parallelism` block and the peer-layout
+hints of `sglang/parallelism.py`), network,
 disaggregation (mode, bootstrap port, transfer backend, ib devices), engine, speculative, then the user's shared
 `spec.engine.extraArgs` and the pool's own `extraArgs` last. Only typed flags the pinned release's parser knows are
 emitted (the profile says which exist), and the rules check both extraArgs lists against that parser, so a rendered
@@ -18,6 +19,7 @@ from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, effective_speculative, pool
 from disaggspec.api.effective import EffectiveSpeculative
 from disaggspec.api.v1alpha1 import EngineSpec, RdmaSpec
+from disaggspec.sglang.parallelism import pool_parallelism_args
 from disaggspec.sglang.profiles import SGLangProfile, profile_for
 
 SERVER_PORT: Final = 30000
@@ -30,8 +32,8 @@ sglang/srt/distributed/bootstrap.py:241-243), as in SGLang's own LeaderWorkerSet
 server binds: the HTTP and metrics port 30000 (SERVER_PORT), the NCCL port (30000 + 100..1000 on 0.5.2,
 server_args.py:2597; a free port on 0.5.23; either is the rendezvous only without --dist-init-addr), the bootstrap
 port (8998 by default; a rule keeps spec.transfer.bootstrapPort off it, another keeps extraArgs ports off it), and
-the ports SGLang derives from the dist-init port (its +1..+5 range, 0.5.2 server_args.py:2634-2642), which only DP
-attention uses, and extraArgs may not enable it."""
+the ports SGLang derives from the dist-init port (+1..+5, and one per DP rank from +6 on 0.5.2, server_args.py:
+2634-2642), which only DP attention uses: a rule (parallelism-dp-attention-ports) keeps the bootstrap port off them."""
 NODE_RANK_LEADER: Final = "0"
 """`--node-rank` of a group's leader: the rank that runs the HTTP server, the tokenizer and the bootstrap server."""
 NODE_RANK_WORKER: Final = f"$({c.LWS_ENV_WORKER_INDEX})"
@@ -87,8 +89,8 @@ def multi_node_args(nodes: int, node_rank: str) -> list[str]:
     split the ranks evenly: tp_size must be divisible by nnodes (0.5.2 sglang/srt/server_args.py:2251-2253, 0.5.23
     sglang/srt/arg_groups/validation_hook.py:178-181) and node r runs ranks tp/nnodes x r .. tp/nnodes x (r+1) - 1
     on its GPUs 0..tp/nnodes-1 (0.5.2 sglang/srt/entrypoints/engine.py:754-772, 0.5.23 engine.py:2070-2075), which
-    is why a rule makes tensorParallelSize exactly nodesPerInstance x gpusPerNode (pipeline and data parallelism are
-    forbidden in extraArgs, so pp is 1)."""
+    is why a rule makes tensorParallelSize exactly nodesPerInstance x gpusPerNode (pipeline parallelism and
+    data-parallel replicas are forbidden in extraArgs, and DP attention splits the tensor-parallel ranks)."""
     if nodes == 1:
         return []
     return [
@@ -118,6 +120,7 @@ def server_args(service: DisaggSpecService, role: PoolName, node_rank: str = NOD
         args += ["--served-model-name", model.served_model_name]
     args += ["--tp-size", str(pool_spec.tensor_parallel_size)]
     args += multi_node_args(pool_spec.nodes_per_instance, node_rank)
+    args += pool_parallelism_args(service, role, profile)
     args += ["--host", "0.0.0.0", "--port", str(SERVER_PORT), "--enable-metrics"]
 
     transfer = spec.transfer

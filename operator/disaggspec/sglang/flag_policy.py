@@ -2,7 +2,8 @@
 `--no-` spellings): OWNED, MUST_MATCH, PER_POOL_SAFE or FORBIDDEN, with the typed field, the reason or the value
 check that goes with it. The validation rules (`validation/extra_args.py`) read it for every extraArgs element.
 
-- OWNED: rendered by the operator from a typed field (or fixed by the pod layout); extraArgs never set it.
+- OWNED: rendered by the operator from a typed field (or fixed by the pod layout, or derived from the peer pool's
+  spec); extraArgs never set it.
 - MUST_MATCH: changes what a pool computes (model, weights, tokenizer and templates, numeric precision, sampling,
   LoRA, the draft): it must be identical on prefill and decode, so it lives in `spec.engine.extraArgs` (rendered on
   both) or, for the common ones, in its typed field (TYPED_MUST_MATCH). In PD the router sends every request to both
@@ -64,6 +65,13 @@ SAFE: Final = Policy(FlagClass.PER_POOL_SAFE)
 SAFE_PORT: Final = Policy(FlagClass.PER_POOL_SAFE, check="port")
 SAFE_DIVIDES_TP: Final = Policy(FlagClass.PER_POOL_SAFE, check="divides-tp")
 
+_DP_ATTENTION: Final = "spec.<pool>.parallelism.dataParallelAttention.size"
+_EP: Final = "spec.<pool>.parallelism.expertParallel.size"
+_FROM_PEER: Final = (
+    "the operator, from the peer pool (spec.decode.tensorParallelSize and "
+    "spec.<pool>.parallelism.dataParallelAttention): a hint about the other pool's layout is never typed twice"
+)
+
 OWNED: Final[dict[str, Policy]] = {
     "model_path": _owned("spec.model.path"),
     "revision": _owned("spec.model.revision"),
@@ -93,6 +101,24 @@ OWNED: Final[dict[str, Policy]] = {
     "speculative_use_rejection_sampling": _owned("spec.speculative.rejectionSampling"),
     "speculative_draft_kv_cache_dtype": _owned("spec.speculative.draftKvCacheDtype"),
     "enable_multi_layer_eagle": _owned("spec.speculative.multiLayer"),
+    # A pool's parallel layout (sglang/parallelism.py has the per-release table with citations).
+    "enable_dp_attention": _owned(_DP_ATTENTION),
+    "data_parallel_size": _owned(_DP_ATTENTION),  # 0.5.2's dest of --dp-size: the DP-attention size beside it
+    "attn_dp_size": _owned(_DP_ATTENTION),
+    "ep_size": _owned(_EP),
+    "expert_parallel_size": _owned(_EP),  # 0.5.2's dest of --ep-size
+    "enable_ep_moe": _owned(_EP),  # 0.5.2's deprecated spelling of --ep-size <tp> (server_args.py:408-412)
+    "moe_a2a_backend": _owned("spec.<pool>.parallelism.expertParallel.backend"),
+    "enable_deepep_moe": _owned("spec.<pool>.parallelism.expertParallel.backend"),  # 0.5.2: = deepep (413-417)
+    "deepep_mode": _owned("spec.<pool>.parallelism.expertParallel.deepepMode"),
+    "moe_dense_tp_size": _owned("spec.<pool>.parallelism.denseMlpTpSize"),
+    "enable_dp_lm_head": _owned("spec.<pool>.parallelism.dpLmHead"),
+    "enable_two_batch_overlap": _owned("spec.<pool>.parallelism.twoBatchOverlap"),
+    "enable_eplb": _owned("spec.<pool>.parallelism.eplb"),
+    "ep_num_redundant_experts": _owned("spec.<pool>.parallelism.eplb.redundantExperts"),
+    "disaggregation_decode_tp": _owned(_FROM_PEER),
+    "disaggregation_decode_dp": _owned(_FROM_PEER),
+    "prefill_round_robin_balance": _owned(_FROM_PEER),
 }
 """Rendered by `sglang/args.py` from a typed field or fixed; a unit test checks every flag it renders is OWNED (or a
 TYPED_MUST_MATCH option rendered from its field)."""
@@ -105,7 +131,10 @@ _GPUS: Final = (
     "a pod has exactly its pool's GPUs, numbered from 0, one per tensor-parallel rank (resources.limits "
     "defaults to tensorParallelSize); scale spec.<pool>.replicas or tensorParallelSize instead"
 )
-_PEER_LAYOUT: Final = "the operator pairs pools by their own tensorParallelSize; the peer's layout is not set by hand"
+_PEER_LAYOUT: Final = (
+    "the prefill sets it from its own pipeline size (0.5.2 server_args.py:833) and pipeline parallelism is not "
+    "supported; the peer's layout is not set by hand"
+)
 _PER_PHASE_BACKEND: Final = (
     "a per-phase attention backend bypasses the checks of spec.engine.attentionBackend against the speculative "
     "settings (a draft tree over pages needs a supported backend); set spec.engine.attentionBackend"
@@ -127,21 +156,13 @@ FORBIDDEN: Final[dict[str, Policy]] = {
     "dist_init_addr": _forbidden(_ONE_NODE),
     "pp_size": _forbidden(f"pipeline stages multiply the GPUs a server uses: {_GPUS}"),
     "pipeline_parallel_size": _forbidden(f"pipeline stages multiply the GPUs a server uses: {_GPUS}"),
-    "dp_size": _forbidden(f"data-parallel replicas multiply the GPUs a server uses: {_GPUS}"),
-    "data_parallel_size": _forbidden(f"data-parallel replicas multiply the GPUs a server uses: {_GPUS}"),
+    "dp_size": _forbidden(
+        f"data-parallel replicas multiply the GPUs a server uses: {_GPUS}; for DP attention set "
+        "spec.<pool>.parallelism.dataParallelAttention"
+    ),
     "base_gpu_id": _forbidden(f"moves the ranks off the pod's GPUs: {_GPUS}"),
     "gpu_id_step": _forbidden(f"moves the ranks off the pod's GPUs: {_GPUS}"),
     "numa_node": _forbidden("pins schedulers to NUMA nodes the pod was not scheduled on; use nodeSelector/affinity"),
-    "enable_dp_attention": _forbidden(
-        "DP attention shards attention by data-parallel rank on one pool while the other sends or expects KV "
-        f"sliced by tensor parallelism; {_PEER_LAYOUT}"
-    ),
-    "attn_dp_size": _forbidden(
-        "DP attention shards attention by data-parallel rank on one pool while the other sends or expects KV "
-        f"sliced by tensor parallelism; {_PEER_LAYOUT}"
-    ),
-    "disaggregation_decode_tp": _forbidden(_PEER_LAYOUT),
-    "disaggregation_decode_dp": _forbidden(_PEER_LAYOUT),
     "disaggregation_prefill_pp": _forbidden(_PEER_LAYOUT),
     "prefill_attention_backend": _forbidden(_PER_PHASE_BACKEND),
     "decode_attention_backend": _forbidden(_PER_PHASE_BACKEND),
@@ -312,13 +333,9 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "grpc_port": SAFE_PORT,
     "engine_info_bootstrap_port": SAFE_PORT,
     "smg_http_sidecar_port": SAFE_PORT,
-    # Parallel sizes inside the pod's tensor-parallel group: each must divide tensorParallelSize (0.5.2
-    # distributed/parallel_state.py:1461-1462 moe_tp_size = tp // ep; 0.5.23
+    # Parallel sizes inside the pod's tensor-parallel group: each must divide tensorParallelSize (0.5.23
     # model_executor/model_runner_components/moe_ep_setup.py:150-153 and arg_groups/parallel_hook.py:157-173).
-    "ep_size": SAFE_DIVIDES_TP,
-    "expert_parallel_size": SAFE_DIVIDES_TP,  # 0.5.2's dest of --ep-size
     "moe_dp_size": SAFE_DIVIDES_TP,
-    "moe_dense_tp_size": SAFE_DIVIDES_TP,
     "shared_experts_tp_size": SAFE_DIVIDES_TP,
     "attn_cp_size": SAFE_DIVIDES_TP,
     "dcp_size": SAFE_DIVIDES_TP,
@@ -333,7 +350,6 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "disaggregation_decode_retraction_backup": SAFE,
     "optimistic_prefill_attempts": SAFE,
     "num_reserved_decode_tokens": SAFE,
-    "prefill_round_robin_balance": SAFE,
     # Capacity, scheduling and memory.
     "mem_fraction_static": SAFE,
     "max_running_requests": SAFE,
@@ -360,7 +376,6 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "enable_mixed_chunk": SAFE,
     "enable_dynamic_chunking": SAFE,
     "disable_overlap_schedule": SAFE,
-    "enable_two_batch_overlap": SAFE,
     "enable_single_batch_overlap": SAFE,
     "tbo_token_distribution_threshold": SAFE,
     "load_balance_method": SAFE,
@@ -442,8 +457,6 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "fp8_gemm_runner_backend": SAFE,
     "fp4_gemm_runner_backend": SAFE,
     "moe_runner_backend": SAFE,
-    "moe_a2a_backend": SAFE,
-    "deepep_mode": SAFE,
     "deepep_v2_mode": SAFE,
     "deepep_config": SAFE,
     "fuseep_mode": SAFE,
@@ -452,7 +465,6 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "enforce_shared_experts_fusion": SAFE,
     "enable_shared_experts_attn_tp": SAFE,
     "enable_waterfill": SAFE,
-    "enable_dp_lm_head": SAFE,
     "enable_tp_lm_head_all_to_all": SAFE,
     "enable_attn_tp_input_scattered": SAFE,
     "disable_attn_tp_gather": SAFE,
@@ -472,9 +484,7 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "skip_server_warmup": SAFE,
     # Expert placement and balancing (which GPU holds an expert, not what it computes).
     "ep_dispatch_algorithm": SAFE,
-    "ep_num_redundant_experts": SAFE,
     "init_expert_location": SAFE,
-    "enable_eplb": SAFE,
     "enable_elastic_expert_backup": SAFE,
     # Loading mechanics of the same weights.
     "download_dir": SAFE,
@@ -559,9 +569,7 @@ PER_POOL_SAFE: Final[dict[str, Policy]] = {
     "enable_trace": SAFE,
     "disable_outlines_disk_cache": SAFE,
     "max_mamba_cache_size": SAFE,
-    # 0.5.2's deprecated MoE backend switches (enable_ep_moe sets ep_size = tp_size, which divides it).
-    "enable_deepep_moe": SAFE,
-    "enable_ep_moe": SAFE,
+    # 0.5.2's deprecated MoE runner switch (its EP and DeepEP switches are OWNED by spec.<pool>.parallelism).
     "enable_triton_kernel_moe": SAFE,
 }
 """Single PER_POOL_SAFE dests (and a few exceptions inside families), some with a value check."""

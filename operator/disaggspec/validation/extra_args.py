@@ -234,8 +234,8 @@ EXTRA_ARGS_PARALLEL_SIZE: Final = Rule(
         "spec.prefill.tensorParallelSize",
         "spec.decode.tensorParallelSize",
     ),
-    message="a parallel size in spec.<pool>.extraArgs or spec.engine.extraArgs (--ep-size, --moe-dp-size, "
-    "--attn-cp-size, --dcp-size, ...) must divide spec.<pool>.tensorParallelSize: those groups are carved from the "
+    message="a parallel size in spec.<pool>.extraArgs or spec.engine.extraArgs (--moe-dp-size, --attn-cp-size, "
+    "--dcp-size, ...) must divide spec.<pool>.tensorParallelSize: those groups are carved from the "
     "pod's tensorParallelSize GPUs",
     check=_parallel_size,
 )

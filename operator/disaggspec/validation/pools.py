@@ -265,8 +265,9 @@ GPUS_FIT_NODE: Final = pool_spec_rule(
 def _multi_node_tp(pool_spec: PoolSpec) -> bool:
     """A multi-node server runs tp_size / nnodes ranks on each node, one per GPU 0..n-1 (see
     `disaggspec.sglang.args.multi_node_args`), and each pod of its group requests gpusPerNode GPUs: fewer ranks than
-    GPUs leave GPUs idle, more do not fit. Pipeline and data parallelism are forbidden in extraArgs (pp = dp = 1), so
-    the server's ranks are exactly its tensor-parallel ones."""
+    GPUs leave GPUs idle, more do not fit. Pipeline parallelism and data-parallel replicas are forbidden in extraArgs
+    (pp = 1, one replica), and DP attention splits the tensor-parallel ranks rather than adding any, so the server's
+    ranks are exactly its tensor-parallel ones."""
     return not _is_multi_node(pool_spec) or (
         pool_spec.tensor_parallel_size == pool_spec.nodes_per_instance * pool_spec.gpus_per_node
     )
@@ -283,8 +284,9 @@ MULTI_NODE_TP: Final = pool_spec_rule(
         "spec.decode.gpusPerNode",
     ),
     "spec.<pool>.tensorParallelSize must be spec.<pool>.nodesPerInstance x spec.<pool>.gpusPerNode when "
-    "nodesPerInstance > 1 (each node of the server runs one rank per GPU; pipeline and data parallelism are not "
-    "available, so every rank is a tensor-parallel one): set tensorParallelSize to that product, or change "
+    "nodesPerInstance > 1 (each node of the server runs one rank per GPU; pipeline parallelism and data-parallel "
+    "replicas are not available and DP attention splits the tensor-parallel ranks, so every rank is a tensor-parallel "
+    "one): set tensorParallelSize to that product, or change "
     "nodesPerInstance or gpusPerNode",
     wire="tensorParallelSize",
     holds=_multi_node_tp,

@@ -14,12 +14,14 @@ from disaggspec.api.v1alpha1 import (
     ROUTER_METRICS_PORT,
     DisaggSpecService,
     DisaggSpecServiceSpec,
+    PoolSpec,
     RdmaSpec,
     RouterSpec,
     TransferSpec,
 )
 from disaggspec.constants import POOLS
 from disaggspec.sglang.args import DIST_INIT_PORT, SERVER_PORT
+from disaggspec.sglang.profiles import PROFILES
 from disaggspec.validation._cel import both, quote, string_list
 from disaggspec.validation._core import Cel, Rule
 from disaggspec.validation._syntax import (
@@ -298,6 +300,28 @@ IB_MAP_KEYS: Final = Rule(
 # ---- prefill and decode tensor parallelism -----------------------------------------------------------------------
 
 
+FULL_TP_MUST_DIVIDE: Final[dict[str, bool]] = {
+    "0.5.2": True,  # sglang/srt/server_args.py:828-834, 2382-2388: the prefill asserts it against decode's tp
+    "0.5.23": False,  # no such check; only the attention TP sizes meet (disaggregation/common/conn.py:1452-1490)
+}
+"""Whether a release also makes the pools' whole tensorParallelSizes divide one another, beside their attention TP
+sizes. 0.5.2's prefill asserts it at start against --disaggregation-decode-tp (which the operator renders from the
+decode pool whenever a pool uses DP attention, and which defaults to the prefill's own tp otherwise)."""
+
+
+def attention_tp(pool_spec: PoolSpec) -> int | None:
+    """A pool's attention TP size: tensorParallelSize over its DP-attention size (tensorParallelSize without DP
+    attention); None when the DP size does not divide tp (`parallelism-dp-attention-divides-tp` reports that)."""
+    par = pool_spec.parallelism
+    dp = par.data_parallel_attention.size if par is not None and par.data_parallel_attention is not None else 1
+    tp = pool_spec.tensor_parallel_size
+    return tp // dp if tp % dp == 0 else None
+
+
+def _divide(a: int, b: int) -> bool:
+    return max(a, b) % min(a, b) == 0
+
+
 def _tp_divisible(service: DisaggSpecService) -> Iterator[str]:
     """Decode maps its ranks onto prefill's by integer division of the two attention TP sizes: with decode larger,
     `attn_tp_size // prefill_attn_tp_size` decode ranks read one prefill rank, with prefill larger each decode rank
@@ -305,24 +329,56 @@ def _tp_divisible(service: DisaggSpecService) -> Iterator[str]:
     1270-1310; 0.5.23 sglang/srt/disaggregation/common/conn.py:1452-1490), and the KV head slices are cut the same
     way (0.5.2 mooncake/conn.py:449-466). Unless one size divides the other, ranks are skipped or counted twice and
     transfers never complete; 0.5.23 says so outright for replicated state ("One attention TP size must divide the
-    other", sglang/srt/disaggregation/utils.py:890-895). Without DP attention (an extraArgs matter) the attention TP
-    size is tensorParallelSize."""
-    prefill, decode = service.spec.prefill.tensor_parallel_size, service.spec.decode.tensor_parallel_size
-    if max(prefill, decode) % min(prefill, decode) != 0:
+    other", sglang/srt/disaggregation/utils.py:890-895). The attention TP size is tensorParallelSize over the pool's
+    DP-attention size; on 0.5.2 the whole sizes must divide too (FULL_TP_MUST_DIVIDE). So on 0.5.23 a DP-attention
+    prefill of tp 32 pairs with a decode of tp 72, as in the SGLang team's 4 + 9 node deployment (attention TP 1 on
+    both sides)."""
+    spec = service.spec
+    prefill_attn, decode_attn = attention_tp(spec.prefill), attention_tp(spec.decode)
+    attention_apart = prefill_attn is not None and decode_attn is not None and not _divide(prefill_attn, decode_attn)
+    whole_apart = FULL_TP_MUST_DIVIDE[spec.sglang.version] and not _divide(
+        spec.prefill.tensor_parallel_size, spec.decode.tensor_parallel_size
+    )
+    if attention_apart or whole_apart:
         yield "spec.decode.tensorParallelSize"
+
+
+def _attention_tp_cel(p: str) -> str:
+    dpa = f"self.{p}.parallelism.dataParallelAttention"
+    tp = f"self.{p}.tensorParallelSize"
+    return f"(has(self.{p}.parallelism) && has({dpa}) ? {tp} / {dpa}.size : {tp})"
+
+
+def _divide_cel(a: str, b: str) -> str:
+    # A zero attention TP (DP size above tp) is another rule's finding; it must not divide by zero here.
+    return f"({a} == 0 || {b} == 0 || {a} % {b} == 0 || {b} % {a} == 0)"
 
 
 TP_DIVISIBLE: Final = Rule(
     id="transfer-tp-divisible",
-    fields=("spec.prefill.tensorParallelSize", "spec.decode.tensorParallelSize"),
-    message="spec.prefill.tensorParallelSize and spec.decode.tensorParallelSize must divide one another (the larger "
+    fields=(
+        "spec.prefill.tensorParallelSize",
+        "spec.decode.tensorParallelSize",
+        "spec.prefill.parallelism.dataParallelAttention.size",
+        "spec.decode.parallelism.dataParallelAttention.size",
+        "spec.sglang.version",
+    ),
+    message="the pools' attention tensor-parallel sizes (spec.<pool>.tensorParallelSize divided by "
+    "spec.<pool>.parallelism.dataParallelAttention.size, or tensorParallelSize without DP attention) must divide one "
+    "another, and on SGLang 0.5.2 spec.prefill.tensorParallelSize and spec.decode.tensorParallelSize too (the larger "
     "a multiple of the smaller, for example 4 and 2, or 2 and 8): the KV transfer maps ranks and head slices by "
-    "their quotient; change one of the two sizes",
+    "their quotient; change one of the sizes",
     check=_tp_divisible,
     cel=Cel(
         DisaggSpecServiceSpec,
-        "self.prefill.tensorParallelSize % self.decode.tensorParallelSize == 0 || "
-        "self.decode.tensorParallelSize % self.prefill.tensorParallelSize == 0",
+        _divide_cel(_attention_tp_cel("prefill"), _attention_tp_cel("decode"))
+        + " && ("
+        + " || ".join(
+            f"self.sglang.version == {quote(v)}" for v, full in sorted(FULL_TP_MUST_DIVIDE.items()) if not full
+        )
+        + " || "
+        + _divide_cel("self.prefill.tensorParallelSize", "self.decode.tensorParallelSize")
+        + ")",
         ".decode.tensorParallelSize",
     ),
 )
@@ -345,4 +401,90 @@ ROUTER_PORT_FREE: Final = Rule(
     "(the default is 30000)",
     check=_router_port_free,
     cel=Cel(RouterSpec, f"self.port != {ROUTER_METRICS_PORT}", ".port"),
+)
+
+
+# ---- host network ------------------------------------------------------------------------------------------------
+
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+"""The node label naming one node (a pool pinned to it puts all its pods on that node)."""
+_FIXED_PORT_ROUTERS: Final = frozenset({"sglang-router"})
+"""Routers that build every worker URL from the one --service-discovery-port (sglang-router 0.1.9:
+sglang_router/router.py:44-45, launch_router.py:245-248); smg reads per-pod ports (render/ports.py)."""
+
+
+def _fixed_port_versions() -> list[str]:
+    return sorted(v for v, p in PROFILES.items() if p.router.package in _FIXED_PORT_ROUTERS)
+
+
+def _pinned_replicas(service: DisaggSpecService) -> dict[str, int]:
+    """Pool pods per node name, of the pools whose nodeSelector pins them to one node."""
+    per_host: dict[str, int] = {}
+    for p in POOLS:
+        spec = pool(service.spec, p)
+        host = spec.node_selector.get(HOSTNAME_LABEL)
+        if host is not None:
+            per_host[host] = per_host.get(host, 0) + spec.replicas
+    return per_host
+
+
+def _host_network_shared_node(service: DisaggSpecService) -> Iterator[str]:
+    """With the host network every pool pod of a release whose router reads no per-pod ports (0.5.2) binds the same
+    HTTP port (30000) and, on prefill, the bootstrap port on its node; the API server defaults each such container
+    port's hostPort to it (Kubernetes v1.37.2 pkg/apis/core/v1/defaults.go:214-217, 440-447), and the scheduler's
+    NodePorts filter refuses a node where the hostPort is taken (pkg/scheduler/framework/plugins/nodeports/
+    node_ports.go:155-187). So pools pinned to one node with more than one pod between them never all schedule."""
+    spec = service.spec
+    rdma = spec.transfer.rdma
+    if rdma is None or not rdma.host_network or spec.sglang.version not in _fixed_port_versions():
+        return
+    per_host = _pinned_replicas(service)
+    for p in POOLS:
+        host = pool(spec, p).node_selector.get(HOSTNAME_LABEL)
+        if host is not None and per_host[host] > 1:
+            yield f"spec.{p}.nodeSelector"
+
+
+def _replicas_cel(p: str) -> str:
+    return f"(has(self.{p}.replicas) ? self.{p}.replicas : 1)"
+
+
+def _pinned_cel(p: str) -> str:
+    return f"(has(self.{p}.nodeSelector) && {quote(HOSTNAME_LABEL)} in self.{p}.nodeSelector)"
+
+
+def _shared_node_cel(p: str, q: str) -> str:
+    """CEL: pool `p` pins no more than its one pod to its node, counting pool `q`'s pods pinned to the same node."""
+    host = quote(HOSTNAME_LABEL)
+    return (
+        f"!(self.sglang.version in {string_list(_fixed_port_versions())} && has(self.transfer.rdma) && "
+        "has(self.transfer.rdma.hostNetwork) && self.transfer.rdma.hostNetwork) || "
+        f"!{_pinned_cel(p)} || ({_replicas_cel(p)} <= 1 && !({_pinned_cel(q)} && "
+        f"self.{p}.nodeSelector[{host}] == self.{q}.nodeSelector[{host}] && "
+        f"{_replicas_cel(p)} + {_replicas_cel(q)} > 1))"
+    )
+
+
+HOST_NETWORK_SHARED_NODE: Final = Rule(
+    id="transfer-host-network-shared-node",
+    fields=(
+        "spec.transfer.rdma.hostNetwork",
+        "spec.sglang.version",
+        "spec.prefill.nodeSelector",
+        "spec.decode.nodeSelector",
+        "spec.prefill.replicas",
+        "spec.decode.replicas",
+    ),
+    message=f"with spec.transfer.rdma.hostNetwork on SGLang 0.5.2 every pool pod binds the same HTTP port "
+    f"({SERVER_PORT}) and bootstrap port on its node, and its router (sglang-router 0.1.9) cannot use per-pod ports, "
+    f"so no two pool pods can share a node; but spec.prefill.nodeSelector / spec.decode.nodeSelector pin more than "
+    f"one pool pod (spec.<pool>.replicas) to one node ({HOSTNAME_LABEL}): use spec.sglang.version 0.5.23 (its "
+    "router reads per-pod ports, which the operator assigns), turn spec.transfer.rdma.hostNetwork off, or pin at "
+    "most one pool pod to each node",
+    check=_host_network_shared_node,
+    # One CEL rule per pool, so the API server names the pool's own nodeSelector as the Python twin does.
+    cel=tuple(
+        Cel(DisaggSpecServiceSpec, _shared_node_cel(p, q), f".{p}.nodeSelector")
+        for p, q in (POOLS, (POOLS[1], POOLS[0]))
+    ),
 )

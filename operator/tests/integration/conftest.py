@@ -21,5 +21,6 @@ def operator(installed_crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -
         yield process
     finally:
         process.stop()
-        installed_crd.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            installed_crd.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found")
         print(f"operator log: {log}\n{process.log_tail(60)}")

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 EXAMPLE = example("llama")
 RELEASE = "dss-chart"
 FULLNAME = fullname(RELEASE)
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 
 
 def _json(cluster: Cluster, *args: str) -> dict[str, Any]:

@@ -34,6 +34,14 @@ BASE: Final[dict[str, Any]] = {
     },
 }
 
+DP8: Final[dict[str, Any]] = {"tensorParallelSize": 8, "parallelism": {"dataParallelAttention": {"size": 8}}}
+"""A pool of one 8-GPU server with 8 attention DP ranks."""
+
+
+def _par(tp: int, **parallelism: Any) -> dict[str, Any]:
+    """A pool of one tp-GPU server with the given parallelism block."""
+    return {"tensorParallelSize": tp, "parallelism": parallelism}
+
 
 def edited(edits: Mapping[str, Any], base: Mapping[str, Any] = BASE) -> dict[str, Any]:
     """A deep copy of `base` with each dotted path set to its value (or removed when the value is DELETE)."""
@@ -73,6 +81,91 @@ WHOLE_1GPU_NODES = {"spec.prefill.gpusPerNode": 1, "spec.decode.gpusPerNode": 1}
 """The base's 1-GPU pods as whole nodes, which a static per-GPU ib device map needs."""
 MULTI_NODE = {"tensorParallelSize": 16, "nodesPerInstance": 2}
 """A pool of servers over two 8-GPU nodes (gpusPerNode defaults to 8)."""
+
+PARALLELISM_CASES: Final[tuple[Case, ...]] = (
+    Case(
+        "parallelism-dp-not-dividing-tp",
+        {"spec.prefill": _par(8, dataParallelAttention={"size": 3})},
+        "parallelism-dp-attention-divides-tp",
+    ),
+    Case(
+        "parallelism-ep-not-dividing-tp",
+        {"spec.decode": _par(8, expertParallel={"size": 3})},
+        "parallelism-ep-divides-tp",
+    ),
+    Case(
+        "parallelism-deepep-ep-not-tp",
+        {"spec.decode": _par(8, expertParallel={"size": 4, "backend": "deepep"})},
+        "parallelism-deepep-ep-equals-tp",
+    ),
+    Case(
+        "parallelism-deepep-mode-without-deepep",
+        {"spec.prefill": _par(8, expertParallel={"size": 8, "deepepMode": "normal"})},
+        "parallelism-deepep-mode-needs-deepep",
+    ),
+    Case(
+        "parallelism-dp-lm-head-without-dp-attention",
+        {"spec.prefill": _par(8, dpLmHead=True)},
+        "parallelism-dp-lm-head-needs-dp-attention",
+    ),
+    Case(
+        "parallelism-two-batch-overlap-without-a2a-or-dp",
+        {"spec.decode": _par(8, expertParallel={"size": 8}, twoBatchOverlap=True)},
+        "parallelism-two-batch-overlap-needs-communication",
+    ),
+    Case("parallelism-eplb-without-ep", {"spec.prefill": _par(8, eplb={})}, "parallelism-eplb-needs-ep"),
+    Case(
+        "parallelism-dense-tp-equal-tp-on-0.5.2",
+        {"spec.sglang.version": "0.5.2", "spec.prefill": _par(8, denseMlpTpSize=8)},
+        "parallelism-dense-mlp-tp-size",
+    ),
+    Case(
+        "parallelism-dense-tp-neither-1-nor-tp",
+        {"spec.decode": _par(8, denseMlpTpSize=2)},
+        "parallelism-dense-mlp-tp-size",
+    ),
+    Case(
+        "parallelism-bootstrap-port-in-dp-zmq-range",
+        {"spec.prefill": DP8, "spec.transfer": {"bootstrapPort": 30241}},
+        "parallelism-dp-attention-ports",
+    ),
+    Case(
+        "parallelism-bootstrap-port-in-multi-node-dp-range",
+        {
+            "spec.decode": {**DP8, "tensorParallelSize": 16, "nodesPerInstance": 2},
+            "spec.transfer": {"bootstrapPort": 20010},
+        },
+        "parallelism-dp-attention-ports",
+    ),
+    Case(
+        "parallelism-dp-chunk-not-whole-pages",
+        {"spec.engine": {"pageSize": 64}, "spec.prefill": {**DP8, "extraArgs": ["--chunked-prefill-size", "2112"]}},
+        "parallelism-dp-attention-chunk-pages",
+    ),
+    Case(
+        "parallelism-dp-default-chunk-not-whole-pages",
+        {"spec.engine": {"pageSize": 64}, "spec.prefill": _par(6, dataParallelAttention={"size": 3})},
+        "parallelism-dp-attention-chunk-pages",
+    ),
+    Case(
+        "parallelism-dp-decode-chunk-on-0.5.2",
+        {
+            "spec.sglang.version": "0.5.2",
+            "spec.engine": {"pageSize": 64, "extraArgs": ["--chunked-prefill-size", "2112"]},
+            "spec.decode": DP8,
+        },
+        "parallelism-dp-attention-chunk-pages",
+    ),
+    Case(
+        "parallelism-prefill-dp-dispatch-on-0.5.2",
+        {
+            "spec.sglang.version": "0.5.2",
+            "spec.prefill": {**DP8, "extraArgs": ["--load-balance-method", "minimum_tokens"]},
+        },
+        "parallelism-prefill-dp-dispatch",
+    ),
+)
+"""The parallelism family's invalid cases (part of RULE_CASES)."""
 
 RULE_CASES: Final[tuple[Case, ...]] = (
     Case("name-too-long", {"metadata.name": "a" * 45}, "name-length"),
@@ -323,6 +416,26 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         "transfer-bootstrap-port-dist-init",
     ),
     Case(
+        "host-network-0-5-2-two-pool-pods-on-one-node",
+        {
+            **V052,
+            "spec.transfer": {"rdma": {"hostNetwork": True}},
+            "spec.prefill.nodeSelector": {"kubernetes.io/hostname": "gpu-node-0"},
+            "spec.decode.nodeSelector": {"kubernetes.io/hostname": "gpu-node-0"},
+        },
+        "transfer-host-network-shared-node",
+    ),
+    Case(
+        "host-network-0-5-2-pool-replicas-on-one-node",
+        {
+            **V052,
+            "spec.transfer": {"rdma": {"hostNetwork": True}},
+            "spec.decode.replicas": 2,
+            "spec.decode.nodeSelector": {"kubernetes.io/hostname": "gpu-node-0"},
+        },
+        "transfer-host-network-shared-node",
+    ),
+    Case(
         "multi-node-extra-args-port-on-rendezvous",
         {"spec.decode": {**MULTI_NODE, "extraArgs": ["--nccl-port", "20000"]}},
         "pool-extra-args-port",
@@ -565,6 +678,30 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         {"spec.prefill": {"tensorParallelSize": 2}, "spec.decode": {"tensorParallelSize": 3}},
         "transfer-tp-divisible",
     ),
+    Case(
+        "tp-attention-not-dividing",
+        {"spec.prefill": _par(4, dataParallelAttention={"size": 2}), "spec.decode": _par(3)},
+        "transfer-tp-divisible",
+    ),
+    Case(
+        "tp-whole-not-dividing-on-0.5.2",
+        {
+            "spec.sglang.version": "0.5.2",
+            "spec.engine": {"pageSize": 64},
+            "spec.prefill": {
+                **_par(32, dataParallelAttention={"size": 32}),
+                "nodesPerInstance": 4,
+                "extraArgs": ["--load-balance-method", "round_robin", "--chunked-prefill-size", "393216"],
+            },
+            "spec.decode": {
+                **_par(72, dataParallelAttention={"size": 72}),
+                "nodesPerInstance": 9,
+                "extraArgs": ["--chunked-prefill-size", "294912"],
+            },
+            "spec.transfer": {"bootstrapPort": 30400},
+        },
+        "transfer-tp-divisible",
+    ),
     Case("router-port-is-metrics-port", {"spec.router": {"port": 29000}}, "router-port-free"),
     Case("resource-name-space", {"spec.prefill.resources": {"limits": {"fast gpu": 1}}}, "resource-names"),
     Case(
@@ -764,7 +901,7 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         {"spec.decode.extraArgs": ["--decode-attention-backend", "triton"]},
         "pool-extra-args-forbidden",
     ),
-    Case("extra-args-dp-attention", {"spec.decode.extraArgs": ["--enable-dp-attention"]}, "pool-extra-args-forbidden"),
+    Case("extra-args-dp-attention", {"spec.decode.extraArgs": ["--enable-dp-attention"]}, "pool-extra-args-owned"),
     Case(
         "extra-args-pipeline-size-alias",
         {"spec.decode.extraArgs": ["--pipeline-parallel-size", "2"]},
@@ -776,7 +913,12 @@ RULE_CASES: Final[tuple[Case, ...]] = (
         {"spec.prefill.extraArgs": ["--data-parallel-size", "2"]},
         "pool-extra-args-forbidden",
     ),
-    Case("extra-args-ep-not-dividing-tp", {"spec.decode.extraArgs": ["--ep", "2"]}, "pool-extra-args-parallel-size"),
+    Case("extra-args-ep-owned", {"spec.decode.extraArgs": ["--ep", "2"]}, "pool-extra-args-owned"),
+    Case(
+        "extra-args-moe-dp-not-dividing-tp",
+        {"spec.decode.extraArgs": ["--moe-dp-size", "2"]},
+        "pool-extra-args-parallel-size",
+    ),
     Case(
         "extra-args-cp-not-dividing-tp",
         {"spec.prefill": {"tensorParallelSize": 4, "extraArgs": ["--attention-context-parallel-size", "3"]}},
@@ -819,9 +961,21 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     # ---- rollout -------------------------------------------------------------------------------------------------
     Case("rollout-no-budget", {"spec.rollout": {"maxSurge": 0, "maxUnavailable": 0}}, "rollout-budget"),
     Case("rollout-no-surge-default-unavailable", {"spec.rollout": {"maxSurge": 0}}, "rollout-budget"),
+    *PARALLELISM_CASES,
 )
 
+
 SCHEMA_CASES: Final[tuple[Case, ...]] = (
+    Case(
+        "parallelism-dp-size-one",
+        {"spec.prefill": _par(8, dataParallelAttention={"size": 1})},
+        schema_error="should be greater than or equal to 2",
+    ),
+    Case(
+        "parallelism-backend-unknown",
+        {"spec.decode": _par(8, expertParallel={"size": 8, "backend": "pplx"})},
+        schema_error='Unsupported value: "pplx"',
+    ),
     Case("algorithm-unknown", {"spec.speculative.algorithm": "MEDUSA"}, schema_error='Unsupported value: "MEDUSA"'),
     Case("version-unsupported", {"spec.sglang.version": "0.5.9"}, schema_error='Unsupported value: "0.5.9"'),
     Case("topk-zero", {"spec.speculative.eagleTopk": 0}, schema_error="should be greater than or equal to 1"),
@@ -987,6 +1141,44 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
 
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
+    Case(
+        "parallelism-dp-ep-different-layouts",
+        {
+            "spec.engine": {"pageSize": 64},
+            "spec.prefill": _par(
+                8,
+                dataParallelAttention={"size": 8},
+                expertParallel={"size": 8, "backend": "deepep", "deepepMode": "normal"},
+                denseMlpTpSize=8,
+                dpLmHead=True,
+                twoBatchOverlap=True,
+                eplb={"redundantExperts": 16},
+            ),
+            "spec.decode": _par(
+                4, dataParallelAttention={"size": 2}, expertParallel={"size": 4}, denseMlpTpSize=1, twoBatchOverlap=True
+            ),
+        },
+    ),
+    # The SGLang team's 4 + 9 node deployment: attention TP 1 on both sides, whole TPs 32 and 72 (0.5.23 only).
+    Case(
+        "parallelism-blog-layout-4-plus-9-nodes",
+        {
+            "spec.engine": {"pageSize": 64},
+            "spec.prefill": {**_par(32, dataParallelAttention={"size": 32}), "nodesPerInstance": 4},
+            "spec.decode": {**_par(72, dataParallelAttention={"size": 72}), "nodesPerInstance": 9},
+            "spec.transfer": {"bootstrapPort": 30400},
+        },
+    ),
+    Case(
+        "parallelism-dp-on-0.5.2-round-robin",
+        {
+            "spec.sglang.version": "0.5.2",
+            "spec.engine": {"pageSize": 64},
+            "spec.prefill": {**DP8, "extraArgs": ["--load-balance-method", "round_robin"]},
+            "spec.decode": _par(8, dataParallelAttention={"size": 4}, expertParallel={"size": 8, "backend": "deepep"}),
+            "spec.transfer": {"bootstrapPort": 30250},
+        },
+    ),
     # Env names Kubernetes accepts (1.32+; the first two on every supported release) but a C identifier would not.
     Case(
         "env-names-beyond-c-identifiers",
@@ -1209,7 +1401,7 @@ VALID_CASES: Final[tuple[Case, ...]] = (
         {
             "spec.decode": {
                 "tensorParallelSize": 2,
-                "extraArgs": ["--ep-size", "2", "--nccl-port", "9000", "--chunked-prefill-size", "-1"],
+                "extraArgs": ["--moe-dp-size", "2", "--nccl-port", "9000", "--chunked-prefill-size", "-1"],
             },
             "spec.prefill.extraArgs": ["--cuda-graph-bs-prefill", "1", "2", "4", "--enable-metrics-for-all-schedulers"],
         },

@@ -22,7 +22,7 @@ from disaggspec import apply
 from disaggspec.api import parse_service
 from disaggspec.config import HealthSettings, OperatorConfig, health_from_env
 from disaggspec.render import render
-from disaggspec.runtime import leader, webhook_config
+from disaggspec.runtime import leader, pod_ports, webhook_config
 from e2e.cluster import build
 
 REPO = Path(__file__).resolve().parents[3]
@@ -135,6 +135,9 @@ def required_cluster_wide(webhook: bool = True, namespaces: bool = False) -> set
         # webhook_config server-side applies its entry into the configuration the chart ships: one PATCH, by name.
         config = webhook_config.WEBHOOK_CONFIGURATION
         need.add((_group(config.api_version), config.plural, "patch", webhook_config.CONFIGURATION_NAME))
+        # ... and the host-port entry of pool pods into the mutating one (runtime.pod_ports).
+        ports = pod_ports.MUTATING_CONFIGURATION
+        need.add((_group(ports.api_version), ports.plural, "patch", pod_ports.CONFIGURATION_NAME))
     if namespaces:
         need |= {("", "namespaces", v, "") for v in ("list", "watch")}
     return need
@@ -231,11 +234,13 @@ def test_default_render_has_every_object() -> None:
             "Service/rel-disaggspec-operator-metrics",
             "Service/rel-disaggspec-operator-webhook",
             "ValidatingWebhookConfiguration/disaggspec.io",
+            "MutatingWebhookConfiguration/disaggspec.io",
             "Role/rel-disaggspec-operator-leader-election",
             "RoleBinding/rel-disaggspec-operator-leader-election",
         ]
     )
     assert not any("webhooks" in o for o in by_kind(template(), "ValidatingWebhookConfiguration"))
+    assert not any("webhooks" in o for o in by_kind(template(), "MutatingWebhookConfiguration"))
 
 
 def test_service_monitor_is_opt_in() -> None:
@@ -346,6 +351,7 @@ def test_webhook_off_renders_no_webhook_objects() -> None:
     objs = template("webhook.enabled=false")
     assert "--webhook=off" in _container(objs)["args"]
     assert not by_kind(objs, "ValidatingWebhookConfiguration")
+    assert not by_kind(objs, "MutatingWebhookConfiguration")
     assert not any(a.startswith("--webhook-timeout-seconds") for a in _container(objs)["args"])
     assert [s["metadata"]["name"] for s in by_kind(objs, "Service")] == ["rel-disaggspec-operator-metrics"]
 

@@ -15,6 +15,7 @@ from tests.unit.dss_cases import EXAMPLES
 def test_examples_exist() -> None:
     names = {path.name for path in EXAMPLES}
     assert {"llama-3.1-8b-eagle3.yaml", "deepseek-r1-mtp.yaml", "rdma-multus.yaml", "eagle-topk-tree.yaml"} <= names
+    assert "deepseek-r1-pd-dp-ep.yaml" in names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -40,3 +41,23 @@ def test_seed_setups() -> None:
     assert rdma is not None and not rdma.ib_devices_per_gpu and rdma.ib_device_mapping in (None, "Auto")
     assert rdma.ib_devices == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
     assert by_name["eagle-topk-tree.yaml"].spec.speculative.eagle_topk > 1
+
+
+def test_sglang_reference_layout() -> None:
+    """deepseek-r1-pd-dp-ep.yaml is SGLang's large-scale PD layout (docs/parallelism.md): both pools tp16 groups of two
+    8-GPU nodes with DP attention 16 and DeepEP over all 16 GPUs, normal on prefill and low_latency on decode, dense
+    MLP TP 1, DP LM head, two-batch overlap, EPLB with 32 redundant experts; NEXTN, 64-token pages, host network, the
+    model cache."""
+    (path,) = (p for p in EXAMPLES if p.name == "deepseek-r1-pd-dp-ep.yaml")
+    spec = parse_service(yaml.safe_load(path.read_text())).spec
+    assert (spec.speculative.algorithm, spec.engine.page_size) == ("NEXTN", 64)
+    assert spec.transfer.rdma is not None and spec.transfer.rdma.host_network
+    assert spec.model.cache is not None and spec.model.cache.persistent_volume_claim is not None
+    for pool, mode in ((spec.prefill, "normal"), (spec.decode, "low_latency")):
+        assert (pool.nodes_per_instance, pool.gpus_per_node, pool.tensor_parallel_size) == (2, 8, 16)
+        par = pool.parallelism
+        assert par is not None and par.data_parallel_attention is not None and par.expert_parallel is not None
+        assert par.data_parallel_attention.size == par.expert_parallel.size == 16
+        assert (par.expert_parallel.backend, par.expert_parallel.deepep_mode) == ("deepep", mode)
+        assert (par.dense_mlp_tp_size, par.dp_lm_head, par.two_batch_overlap) == (1, True, True)
+        assert par.eplb is not None and par.eplb.redundant_experts == 32

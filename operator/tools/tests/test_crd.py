@@ -207,8 +207,12 @@ def test_every_table_cel_lands_in_the_crd() -> None:
 def test_python_only_rules_are_few_and_named() -> None:
     python_only = sorted(r.id for r in RULES if not r.cels)
     # The extraArgs rules (but the owned one) need the generated flag tables of every release: too large for CEL.
+    # The two parallelism ones read option values out of extraArgs (the prefill chunk, the DP dispatch method), which
+    # needs the release's parser to know every spelling of the option.
     assert python_only == [
         "engine-quantization-supported",
+        "parallelism-dp-attention-chunk-pages",
+        "parallelism-prefill-dp-dispatch",
         "pool-extra-args-forbidden",
         "pool-extra-args-known",
         "pool-extra-args-must-match",

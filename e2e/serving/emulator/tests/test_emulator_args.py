@@ -234,6 +234,16 @@ CASES: list[list[str]] = [
      "llama-decode-0.llama-decode.ns:20000"],
     ["--model-path", "m", "--nccl-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "0"],
     ["--model-path", "m", "--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)"],
+    # DP attention and expert parallelism (dp.py): what the operator renders per release, and the other's spelling.
+    ["--model-path", "m", "--tp-size", "8", "--enable-dp-attention", "--dp-size", "8", "--moe-a2a-backend", "deepep",
+     "--deepep-mode", "low_latency", "--enable-dp-lm-head", "--ep-size", "8"],
+    ["--model-path", "m", "--tp-size", "8", "--attn-dp-size", "8", "--moe-a2a-backend", "deepep"],
+    ["--model-path", "m", "--disaggregation-mode", "prefill", "--disaggregation-decode-tp", "16",
+     "--disaggregation-decode-dp", "16", "--load-balance-method", "round_robin"],
+    ["--model-path", "m", "--disaggregation-mode", "decode", "--dp-size", "4", "--enable-dp-attention",
+     "--prefill-round-robin-balance"],
+    ["--model-path", "m", "--load-balance-method", "follow_bootstrap_room"],
+    ["--model-path", "m", "--load-balance-method", "minimum_tokens"],
 ]  # fmt: skip
 DESTS_COMPARED = {
     "--model-path": "model_path",
@@ -250,6 +260,12 @@ DESTS_COMPARED = {
     "--nnodes": "nnodes",
     "--node-rank": "node_rank",
     "--dist-init-addr": "dist_init_addr",
+    "--attn-dp-size": "attn_dp_size",
+    "--load-balance-method": "load_balance_method",
+    "--disaggregation-decode-tp": "disaggregation_decode_tp",
+    "--disaggregation-decode-dp": "disaggregation_decode_dp",
+    "--prefill-round-robin-balance": "prefill_round_robin_balance",
+    "--enable-dp-attention": "enable_dp_attention",
 }
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from aiohttp import web
 
-from e2e.serving.emulator import facts
+from e2e.serving.emulator import dp, facts
 from e2e.serving.emulator.metrics import Metrics
 from e2e.serving.emulator.options import parse_options
 from e2e.serving.emulator.pd import BootstrapServer
@@ -320,3 +320,53 @@ def test_the_emulator_exports_the_failure_counters_per_rank() -> None:
     assert sorted(ranks, key=int) == [str(rank) for rank in range(8)]
     for version in VERSIONS:
         assert facts.EVERY_RANK.issubset(metric.exposed for metric in facts.facts_for(version).metrics)
+
+
+# DP attention (dp.py): every rule the emulator follows is where DP_FACTS cites it, and the messages it prints for a
+# refused layout are SGLang's.
+@pytest.mark.parametrize("fact", dp.DP_FACTS, ids=lambda f: f"{f.version}:{f.source}")
+def test_dp_facts_point_at_the_code(fact: dp.Fact) -> None:
+    window = _line(fact.version, fact.source)
+    assert fact.needle in window, f"{fact.version} {fact.source} ({fact.claim}):\n{window}"
+
+
+DP_MESSAGES = [
+    ("0.5.2", "sglang/srt/server_args.py", '"Prefill round robin balance is required when dp size > 1. "'),
+    (
+        "0.5.2",
+        "sglang/srt/server_args.py",
+        '"Different tp size is supported only when one tp is multiple of the other. "',
+    ),
+    ("0.5.2", "sglang/srt/server_args.py", '"Cannot set --disaggregation-decode-dp for the decode engine."'),
+    ("0.5.2", "sglang/srt/server_args.py", '"Cannot set --disaggregation-decode-tp for the decode engine."'),
+    ("0.5.23", "sglang/srt/arg_groups/parallel_hook.py", '"are not supported."'),
+    (
+        "0.5.23",
+        "sglang/srt/arg_groups/parallel_hook.py",
+        'f"--attn-dp-size must be positive (got {cfg.attn_dp_size}).")',
+    ),
+    (
+        "0.5.23",
+        "sglang/srt/disaggregation/common/conn.py",
+        'f"Set SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK=1 "',
+    ),
+    ("0.5.23", "sglang/srt/disaggregation/common/conn.py", 'self.app.router.add_post("/query_dp_ranks"'),
+]
+
+
+@pytest.mark.parametrize(("version", "path", "needle"), DP_MESSAGES)
+def test_dp_messages_are_sglangs(version: str, path: str, needle: str) -> None:
+    assert needle in read(version, path), needle
+
+
+def test_dp_layouts_resolve_like_each_release() -> None:
+    """The layout each spelling resolves to (dp.layout), for the cases the operator renders."""
+    base = ["--model-path", "m", "--disaggregation-mode", "prefill", "--tp-size", "8"]
+    old = dp.layout(server_config("0.5.2", [*base, "--enable-dp-attention", "--dp-size", "8"]))
+    assert (old.attn_dp_size, old.system_dp_size, old.attn_tp_size, old.load_balance_method) == (8, 1, 1, "round_robin")
+    new = dp.layout(server_config("0.5.23", [*base, "--attn-dp-size", "4"]))
+    assert (new.attn_dp_size, new.attn_tp_size, new.load_balance_method) == (4, 2, "follow_bootstrap_room")
+    deprecated = dp.layout(server_config("0.5.23", [*base, "--enable-dp-attention", "--dp-size", "4"]))
+    assert (deprecated.attn_dp_size, deprecated.system_dp_size) == (4, 1)
+    off = dp.layout(server_config("0.5.2", [*base, "--enable-dp-attention", "--dp-size", "1"]))
+    assert (off.attn_dp_size, off.attn_tp_size) == (1, 8)  # dp_size 1 turns DP attention off

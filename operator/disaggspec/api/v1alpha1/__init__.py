@@ -7,13 +7,14 @@ parse). Spec models forbid unknown fields; the status model ignores them so an o
 Settings that exist once in the spec (model, sglang, engine, transfer, the shared `speculative` block) are identical
 on both pools by construction; only what a pool may override (its `speculative` block) is cross-checked by the rules.
 
-One module per block of the spec, each importing only the blocks below it: `base` (base models, bounds, shared
-types), `model` (spec.sglang, spec.model), `speculative`, `podspec` (the Pod-spec pieces a pool passes through),
-`pools` (spec.prefill, spec.decode), `transfer` (spec.transfer, spec.engine), `router` (spec.router, spec.rollout),
-`status`, and `service` (the spec root and the object). Import from here, never from a block module: this package is
-the API's one public path, and every model's `__module__` says so (as `collections.abc` does for its classes), so
-class reprs and the tools that collect the models by module (`tools.crd`, `tools.docs`) see one module. The API's
-group, version, kind and plural are defined in `disaggspec.constants` and re-exported here.
+One module per block of the spec, each importing only the blocks below it: `base` (base models, bounds, shared types),
+`model` (spec.sglang, spec.model), `speculative`, `podspec` (the Pod-spec pieces a pool passes through), `parallelism`
+(a pool's DP attention and expert parallelism), `pools` (spec.prefill, spec.decode), `transfer` (spec.transfer,
+spec.engine), `router` (spec.router, spec.rollout), `status`, and `service` (the spec root and the object). Import from
+here, never from a block module: this package is the API's one public path, and every model's `__module__` says so (as
+`collections.abc` does for its classes), so class reprs and the tools that collect the models by module (`tools.crd`,
+`tools.docs`) see one module. The API's group, version, kind and plural are defined in `disaggspec.constants` and
+re-exported here.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ from disaggspec.api.v1alpha1.model import (
     PullPolicy,
     SecretKeyRef,
     SGLangSpec,
+)
+from disaggspec.api.v1alpha1.parallelism import (
+    MAX_PARALLEL_SIZE,
+    MAX_REDUNDANT_EXPERTS,
+    A2ABackend,
+    DataParallelAttention,
+    DeepEPMode,
+    ExpertLoadBalancing,
+    ExpertParallel,
+    ParallelismSpec,
 )
 from disaggspec.api.v1alpha1.podspec import (
     Affinity,
@@ -131,12 +142,15 @@ __all__ = [
     "KIND",
     "MAX_GPUS_PER_POD",
     "MAX_NODES_PER_INSTANCE",
+    "MAX_PARALLEL_SIZE",
+    "MAX_REDUNDANT_EXPERTS",
     "MAX_TENSOR_PARALLEL_SIZE",
     "PLURAL",
     "ROUTER_METRICS_PORT",
     "SHORT_NAMES",
     "SINGULAR",
     "VERSION",
+    "A2ABackend",
     "Affinity",
     "Algorithm",
     "CacheClaim",
@@ -144,6 +158,8 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "ConfigKey",
+    "DataParallelAttention",
+    "DeepEPMode",
     "DisaggSpecService",
     "DisaggSpecServiceSpec",
     "DisaggSpecServiceStatus",
@@ -153,6 +169,8 @@ __all__ = [
     "EngineSpec",
     "EnvVar",
     "EnvVarSource",
+    "ExpertLoadBalancing",
+    "ExpertParallel",
     "FreeForm",
     "HostPathVolume",
     "IbDeviceMapping",
@@ -174,6 +192,7 @@ __all__ = [
     "NodeSelectorTerm",
     "ObjectFieldSelector",
     "ObjectMeta",
+    "ParallelismSpec",
     "PersistentVolumeClaimVolume",
     "PodAffinity",
     "PodAffinityTerm",

@@ -1,7 +1,7 @@
-"""One pool of SGLang servers (`spec.prefill`, `spec.decode`): replicas, tensor parallelism, GPUs per node and nodes per
-instance, scheduling, environment, extra arguments, its speculative overrides, its start-up and drain budgets and
-its PodDisruptionBudget, together with the GPU bounds and defaults those fields are checked against. The router
-shares `DisruptionSpec` and `SpreadMode`.
+"""One pool of SGLang servers (`spec.prefill`, `spec.decode`): replicas, tensor parallelism and the rest of its parallel
+layout, GPUs per node and nodes per instance, scheduling, environment, extra arguments, its speculative overrides, its
+start-up and drain budgets and its PodDisruptionBudget, together with the GPU bounds and defaults those fields are
+checked against. The router shares `DisruptionSpec` and `SpreadMode`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from disaggspec.api.v1alpha1.base import (
     _MAX_STR,
     SpecModel,
 )
+from disaggspec.api.v1alpha1.parallelism import ParallelismSpec
 from disaggspec.api.v1alpha1.podspec import Affinity, EnvVar, ResourceRequirements, Toleration
 from disaggspec.api.v1alpha1.speculative import PoolSpeculativeSpec
 
@@ -96,6 +97,12 @@ class PoolSpec(SpecModel):
         le=MAX_TENSOR_PARALLEL_SIZE,
         description="GPUs one server shards the model over (--tp-size). With nodesPerInstance 1 at most gpusPerNode; "
         "with nodesPerInstance > 1 exactly nodesPerInstance x gpusPerNode (the server's ranks over all its nodes).",
+    )
+    parallelism: ParallelismSpec | None = Field(
+        default=None,
+        description="How this pool's servers split the model beyond tensor parallelism: data-parallel attention, "
+        "expert parallelism (DeepEP), the dense-MLP TP size, the DP LM head, two-batch overlap and EPLB. Each pool "
+        "has its own; a prefill and a decode of different layouts pair correctly. Unset: tensor parallelism only.",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,

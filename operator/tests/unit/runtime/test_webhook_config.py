@@ -131,7 +131,12 @@ async def _serve_once(server: webhook_config.ConfiguringWebhookServer) -> tuple[
     async with server:
         iterator = server(fn).__aiter__()
         client_config = await asyncio.wait_for(iterator.__anext__(), 10)
-        registered = server.client.calls[-1][3]["webhooks"][0]["clientConfig"]["url"]
+        # The validating entry (the last apply is the mutating one's, see the test below).
+        registered = next(
+            call[3]["webhooks"][0]["clientConfig"]["url"]
+            for call in server.client.calls
+            if "validatingwebhookconfigurations" in call[1] and call[3]
+        )
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u1"}}
         answer = await asyncio.to_thread(_post, registered, review)
         await iterator.aclose()
@@ -148,10 +153,20 @@ def test_the_server_registers_each_client_config_before_yielding_it(registry: He
     assert registry.ready() == (False, ["webhook: not ready"])
     assert registry_ready_before == (True, [])
     client_config, seen, answer = asyncio.run(_serve_once(server))
-    assert len(client.calls) == 1
+    assert len(client.calls) == 2
     entry = client.calls[0][3]["webhooks"][0]
     assert entry["timeoutSeconds"] == 3
     assert entry["clientConfig"]["url"] == f"{client_config['url'].rstrip('/')}/validate"
+    # The host-port webhook of pool pods goes into the MutatingWebhookConfiguration, at its own handler's path.
+    method, path, _, mutating, _ = client.calls[1]
+    assert (method, path) == (
+        "PATCH",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/disaggspec.io",
+    )
+    ports_entry = mutating["webhooks"][0]
+    assert ports_entry["clientConfig"]["url"] == f"{client_config['url'].rstrip('/')}/host-ports"
+    assert ports_entry["failurePolicy"] == "Fail" and ports_entry["timeoutSeconds"] == 3
+    assert ports_entry["objectSelector"] == {"matchLabels": {"disaggspec.io/host-ports": "allocate"}}
     # The request reached kopf's dispatch with the handler id taken from the registered path.
     assert seen == [("validate", "u1")]
     assert answer["response"] == {"allowed": True}
@@ -176,7 +191,7 @@ def test_a_failed_registration_is_retried_and_counts_against_liveness(
         client=client, health=registry, addr="127.0.0.1", host="127.0.0.1", insecure=True
     )
     asyncio.run(_serve_once(server))
-    assert len(client.calls) == 3
+    assert len(client.calls) == 4  # two failed applies, then the validating and the mutating configuration
     assert [lines[0].split(":")[1].strip() for _, lines in states] == ["failing for 0s (grace 60s)"] * 2 + [
         "ok serving"
     ]
