@@ -1,0 +1,1 @@
+"""Tests of the open-loop load generator: arrivals, lengths, the SLA maths, and runs against the emulator."""
