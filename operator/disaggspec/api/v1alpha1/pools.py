@@ -45,7 +45,8 @@ no pattern or bounds, so the check is CEL)."""
 
 class PoolLifecycle(SpecModel):
     """How long a server pod may take to start and to stop. The probes, the preStop pause, the grace period and the
-    Deployment's progress deadline are all derived from these two numbers (docs/operator.md, Lifecycle)."""
+    Deployment's progress deadline are all derived from these two numbers (docs/operator.md, "Production defaults of the
+    pods")."""
 
     startup_seconds: int | None = Field(
         default=None,
