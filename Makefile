@@ -59,9 +59,15 @@ lint: venv ## ruff, ruff format --check, mypy, import-linter layer contracts
 test-unit: venv ## fast tests only: no cluster
 	$(PY) -m pytest -m "not integration"
 
+# The SGLang patch tests run beside pytest (its suites mostly wait on clusters and servers): their output goes to
+# .state/test-sglang.log and is shown at the end, whole if they failed.
 test: venv cluster-build lint verify ## everything: lint, unit, golden, integration (real local control plane), SGLang patch tests
-	bash images/sglang/tests/run.sh all
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	@mkdir -p .state
+	bash images/sglang/tests/run.sh all > .state/test-sglang.log 2>&1 & sglang=$$!; \
+	rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile || rc=$$?; \
+	if wait $$sglang; then tail -n 6 .state/test-sglang.log; \
+	else cat .state/test-sglang.log; echo "make test: the SGLang patch tests failed" >&2; rc=1; fi; \
+	exit $$rc
 
 test-sglang: ## the patched SGLang transfer path on CPU, against the real 0.5.2 and 0.5.23 modules (patched and not)
 	bash images/sglang/tests/run.sh all

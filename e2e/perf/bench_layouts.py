@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from disaggspec.sglang.profiles import PROFILES
-from e2e.cluster.controlplane import RDMA_RESOURCE, LocalCluster, NodeShape
+from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.cluster.processes import port_free
 from e2e.serving.load.arrivals import Constant, poisson_arrivals
 from e2e.serving.load.client import APIS, Api, Bounds, plan, run
@@ -46,7 +46,7 @@ from e2e.serving.routers import ensure_router_venv
 from e2e.support.kube import Cluster, CommandFailed, wait_for
 from e2e.support.operator_process import OperatorProcess
 from e2e.support.serving import apply_service, pod_runner, ready_pods, router_url, served_model
-from e2e.support.workloads import LWS_WORKER_INDEX, ROLES, example, get, load
+from e2e.support.workloads import LWS_WORKER_INDEX, ROLES, example, get, host_network_service, load
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
@@ -61,32 +61,9 @@ POOLS = ("prefill", "decode")
 
 
 def _hostnet(name: str, replicas: int, nodes: tuple[str, str]) -> dict[str, Any]:
-    """SGLang 0.5.23, Llama 3.1 8B with EAGLE3, 2-GPU pool pods on the host network; the prefill pods pinned to
-    nodes[0], the decode pods to nodes[1] (the spec of e2e/tests/test_serving_host_network.py)."""
-
-    def pool(node: str) -> dict[str, Any]:
-        return {"replicas": replicas, "tensorParallelSize": 2, "nodeSelector": {"kubernetes.io/hostname": node}}
-
-    return {
-        "apiVersion": "disaggspec.io/v1alpha1",
-        "kind": "DisaggSpecService",
-        "metadata": {"name": name},
-        "spec": {
-            "sglang": {"image": "disaggspec/sglang:v0.5.23-disaggspec", "version": "0.5.23"},
-            "model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama"},
-            "speculative": {
-                "algorithm": "EAGLE3",
-                "draftModel": {"path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B"},
-                "numSteps": 1,
-                "eagleTopk": 1,
-                "numDraftTokens": 2,
-            },
-            "transfer": {"backend": "mooncake", "rdma": {"resources": {RDMA_RESOURCE: 1}, "hostNetwork": True}},
-            "prefill": pool(nodes[0]),
-            "decode": pool(nodes[1]),
-            "router": {"policy": "round_robin"},
-        },
-    }
+    """The host-network spec of e2e/tests/test_serving_host_network.py at 0.5.23: prefill pods on nodes[0], decode
+    pods on nodes[1]."""
+    return host_network_service(name, "0.5.23", replicas=replicas, prefill_node=nodes[0], decode_node=nodes[1])
 
 
 @dataclass(frozen=True)

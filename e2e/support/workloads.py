@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from disaggspec.revision import revision_name
+from e2e.cluster.controlplane import RDMA_RESOURCE
 from e2e.support.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,3 +248,35 @@ def check_group_member(pod: dict[str, Any], obj: dict[str, Any], role: str) -> N
     assert host == f"{lws}-{group}.{lws}.{namespace}" == env["LWS_LEADER_ADDRESS"], where
     assert port.isdigit(), where
     assert _flag(command, "--tp-size") == str(obj["spec"][role].get("tensorParallelSize", 1)), where
+
+
+def host_network_service(
+    name: str, version: str, *, replicas: int, prefill_node: str, decode_node: str
+) -> dict[str, Any]:
+    """Llama 3.1 8B with EAGLE3 on the host network (mooncake over RDMA): `replicas` 2-GPU pods per pool, the
+    prefill's pinned to `prefill_node` and the decode's to `decode_node` (by kubernetes.io/hostname), so that a
+    suite can put several pool pods on one node (per-pod ports on 0.5.23) or one per node."""
+
+    def pool(node: str) -> dict[str, Any]:
+        return {"replicas": replicas, "tensorParallelSize": 2, "nodeSelector": {"kubernetes.io/hostname": node}}
+
+    return {
+        "apiVersion": "disaggspec.io/v1alpha1",
+        "kind": "DisaggSpecService",
+        "metadata": {"name": name},
+        "spec": {
+            "sglang": {"image": f"disaggspec/sglang:v{version}-disaggspec", "version": version},
+            "model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama"},
+            "speculative": {
+                "algorithm": "EAGLE3",
+                "draftModel": {"path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B"},
+                "numSteps": 1,
+                "eagleTopk": 1,
+                "numDraftTokens": 2,
+            },
+            "transfer": {"backend": "mooncake", "rdma": {"resources": {RDMA_RESOURCE: 1}, "hostNetwork": True}},
+            "prefill": pool(prefill_node),
+            "decode": pool(decode_node),
+            "router": {"policy": "round_robin"},
+        },
+    }

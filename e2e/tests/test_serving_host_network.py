@@ -18,13 +18,12 @@ from typing import Any
 import pytest
 
 from disaggspec.render import ports
-from e2e.cluster.controlplane import RDMA_RESOURCE
 from e2e.serving.runner import node_ip
 from e2e.serving.traffic import Load, Report, send
 from e2e.support.fixtures import fresh_namespace
 from e2e.support.planes import ServingPlane, serving_plane
 from e2e.support.serving import apply_service, ready_pods, router_url, served_model
-from e2e.support.workloads import wait_ready
+from e2e.support.workloads import host_network_service, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 
@@ -42,27 +41,7 @@ def plane() -> Iterator[ServingPlane]:
 
 
 def _service(name: str, version: str) -> dict[str, Any]:
-    pool = {"replicas": 2, "tensorParallelSize": 2, "nodeSelector": {"kubernetes.io/hostname": NODE}}
-    return {
-        "apiVersion": "disaggspec.io/v1alpha1",
-        "kind": "DisaggSpecService",
-        "metadata": {"name": name},
-        "spec": {
-            "sglang": {"image": f"disaggspec/sglang:v{version}-disaggspec", "version": version},
-            "model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama"},
-            "speculative": {
-                "algorithm": "EAGLE3",
-                "draftModel": {"path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B"},
-                "numSteps": 1,
-                "eagleTopk": 1,
-                "numDraftTokens": 2,
-            },
-            "transfer": {"backend": "mooncake", "rdma": {"resources": {RDMA_RESOURCE: 1}, "hostNetwork": True}},
-            "prefill": dict(pool),
-            "decode": dict(pool),
-            "router": {"policy": "round_robin"},
-        },
-    }
+    return host_network_service(name, version, replicas=2, prefill_node=NODE, decode_node=NODE)
 
 
 def _describe(report: Report) -> str:
