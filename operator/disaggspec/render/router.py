@@ -70,7 +70,19 @@ def command(service: DisaggSpecService, fingerprint: str) -> list[str]:
         "0.0.0.0",
         "--prometheus-port",
         str(METRICS_PORT),
+        *_shutdown_grace_args(service),
     ]
+
+
+def drain_seconds(service: DisaggSpecService) -> int:
+    """How long the router must keep proxying after it is asked to stop: the longer drainSeconds of the two pools."""
+    spec = service.spec
+    return max(spec.prefill.lifecycle.drain_seconds, spec.decode.lifecycle.drain_seconds)
+
+
+def _shutdown_grace_args(service: DisaggSpecService) -> list[str]:
+    flag = router_profile(service).shutdown_grace_flag
+    return [] if flag is None else [flag, str(drain_seconds(service))]
 
 
 def rbac(service: DisaggSpecService) -> list[dict[str, Any]]:
@@ -134,7 +146,7 @@ def deployment(
         "resources": resources,
         "lifecycle": lifecycle.prestop(lifecycle.ROUTER_PRESTOP_SECONDS),
     }
-    drain = max(spec.prefill.lifecycle.drain_seconds, spec.decode.lifecycle.drain_seconds)
+    drain = drain_seconds(service)
     pod_spec: dict[str, Any] = {
         "serviceAccountName": names.child_name(service, c.ROLE_ROUTER),
         "terminationGracePeriodSeconds": drain + lifecycle.ROUTER_PRESTOP_SECONDS,

@@ -52,6 +52,10 @@ class RouterProfile:
     discovery_forces_multi_model: bool
     """Whether `--service-discovery` switches the router into its multi-model mode, in which its own /readiness means
     "any one worker" and requests must name the model; the operator then gates readiness with the helper."""
+    shutdown_grace_flag: str | None = None
+    """The option that bounds how long the router waits for its in-flight requests after SIGTERM (the operator sets it
+    to the pools' longest drainSeconds, the time the router pod has left after its preStop pause); None: the package
+    has no such option."""
 
     @property
     def requirement(self) -> str:
@@ -90,6 +94,10 @@ ROUTER_SMG_1_13_0: Final = RouterProfile(
     discovery_policies=frozenset({"random", "round_robin", "cache_aware", "power_of_two"}),
     default_policy="cache_aware",
     discovery_forces_multi_model=True,
+    # smg/router_args.py:1597-1602 ("Grace period in seconds to wait for in-flight requests during shutdown"),
+    # default 180 (:142): shorter than a pool's default drainSeconds (600), so streams the pools are still finishing
+    # would be cut when a router pod stops.
+    shutdown_grace_flag="--shutdown-grace-period-secs",
 )
 
 HEALTH_CHECK_TIMEOUT_SECONDS: Final = 20
