@@ -524,37 +524,33 @@ class Engine:
         dp_rank = static if static is not None else await self._query_prefill_dp_rank(addr, room)
         # The prefill attention-TP ranks this decode's TP rank 0 pairs with (each must be registered).
         tp_ranks = dp.target_tp_ranks(self.layout.attn_tp_size, int(info.get("attn_tp_size") or 1))
+        # Each release asks for every paired rank with its own query and its own error (text as SGLang's).
+        if self.cfg.version == "0.5.2":
+            queries = [
+                (
+                    f"engine_rank={tp_rank}&target_dp_group={dp_rank}&target_pp_rank={pp_rank}",
+                    f"Could not fetch bootstrap info for engine rank: 0 and target_dp_group: {dp_rank} "
+                    f"and target_pp_rank {pp_rank}",
+                )
+                for tp_rank in tp_ranks
+                for pp_rank in range(int(info.get("pp_size") or 1))
+            ]
+        else:
+            queries = [
+                (
+                    f"prefill_dp_rank={dp_rank}&prefill_cp_rank=0&target_tp_rank={tp_rank}&target_pp_rank=0",
+                    f"Could not fetch bootstrap info for: prefill_dp_rank: {dp_rank} prefill_cp_rank: 0 "
+                    f"target_tp_rank: {tp_rank} and target_pp_rank 0",
+                )
+                for tp_rank in tp_ranks
+            ]
         session = self.session()
         rank: dict[str, Any] | None = None
-        if self.cfg.version == "0.5.2":
-            pp_size = int(info.get("pp_size") or 1)
-            for tp_rank in tp_ranks:
-                for pp_rank in range(pp_size):
-                    url = (
-                        f"http://{addr}/route?engine_rank={tp_rank}&target_dp_group={dp_rank}&target_pp_rank={pp_rank}"
-                    )
-                    got = await pd.http_get_json(session, url, timeout=5)
-                    if got is None or got[0] != 200 or not isinstance(got[1], dict):
-                        raise pd.HandshakeError(
-                            f"Could not fetch bootstrap info for engine rank: 0 and target_dp_group: {dp_rank} "
-                            f"and target_pp_rank {pp_rank}",
-                            "handshake",
-                        )
-                    rank = rank or got[1]
-        else:
-            for tp_rank in tp_ranks:
-                url = (
-                    f"http://{addr}/route?prefill_dp_rank={dp_rank}&prefill_cp_rank=0&target_tp_rank={tp_rank}"
-                    "&target_pp_rank=0"
-                )
-                got = await pd.http_get_json(session, url, timeout=5)
-                if got is None or got[0] != 200 or not isinstance(got[1], dict):
-                    raise pd.HandshakeError(
-                        f"Could not fetch bootstrap info for: prefill_dp_rank: {dp_rank} prefill_cp_rank: 0 "
-                        f"target_tp_rank: {tp_rank} and target_pp_rank 0",
-                        "handshake",
-                    )
-                rank = rank or got[1]
+        for query, failure in queries:
+            got = await pd.http_get_json(session, f"http://{addr}/route?{query}", timeout=5)
+            if got is None or got[0] != 200 or not isinstance(got[1], dict):
+                raise pd.HandshakeError(failure, "handshake")
+            rank = rank or got[1]
         assert rank is not None
         rank_url = f"http://{rank['rank_ip']}:{rank['rank_port']}"
         me = {
