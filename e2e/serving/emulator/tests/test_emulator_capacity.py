@@ -7,24 +7,26 @@ import statistics
 
 import pytest
 
-from e2e.serving.emulator import capacity
+from e2e.serving.emulator import capacity, profiles
 from e2e.serving.emulator.capacity import (
-    H100_LLAMA_3_1_8B,
-    H100_SXM,
-    LLAMA_3_1_8B,
     Limits,
-    Model,
-    Profile,
     Request,
     Role,
     Server,
     decode_capacity,
-    max_total_num_tokens,
     poisson_arrivals,
     prefill_capacity,
-    with_eagle3,
 )
 from e2e.serving.emulator.dp import Fact
+from e2e.serving.emulator.profiles import (
+    H100_LLAMA_3_1_8B,
+    H100_SXM,
+    LLAMA_3_1_8B,
+    Model,
+    Profile,
+    max_total_num_tokens,
+    with_eagle3,
+)
 from e2e.serving.emulator.tests.sglang_sources import read, sglang_tree
 
 PROFILE = H100_LLAMA_3_1_8B
@@ -33,7 +35,9 @@ LIMITS = Limits(max_total_num_tokens=POOL, max_running_requests=64)
 DURATION, WARMUP = 40.0, 15.0
 
 
-@pytest.mark.parametrize("fact", capacity.CAPACITY_FACTS, ids=lambda f: f"{f.version}:{f.source}")
+@pytest.mark.parametrize(
+    "fact", capacity.CAPACITY_FACTS + profiles.PROFILE_FACTS, ids=lambda f: f"{f.version}:{f.source}"
+)
 def test_capacity_facts_point_at_the_code(fact: Fact) -> None:
     if sglang_tree(fact.version) is None:
         pytest.skip(f"no SGLang {fact.version} wheel tree")
