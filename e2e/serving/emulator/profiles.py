@@ -191,4 +191,3 @@ def with_eagle3(profile: Profile, accept_length: float, num_steps: int, num_draf
     return Profile(
         profile.gpu, profile.model, profile.mfu, profile.bandwidth_efficiency, profile.step_overhead_seconds, spec
     )
-
