@@ -49,6 +49,8 @@ REPO: Final = Path(__file__).resolve().parents[2]
 ROUTER_READY_SOURCE: Final = REPO / "images" / "router" / "router_ready.py"
 """The file the router image installs at ROUTER_READY_HELPER."""
 EMULATOR_ANNOTATION_PREFIX: Final = "emulator.disaggspec.io/"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_KEY: Final = "gpu"
 REVISION_KEY: Final = "revision"
 """The emulate option of the cross-revision oracle (docs/serving-emulator.md), filled from the fingerprint label."""
 _ANY_ADDRESS: Final = ("0.0.0.0", "::", "localhost", "127.0.0.1")
@@ -93,7 +95,8 @@ def _base_env(container: dict[str, Any]) -> dict[str, str]:
 
 def emulator_options(pod: dict[str, Any]) -> list[str]:
     """`--emulate key=value` for every `emulator.disaggspec.io/<key>` annotation of the pod, plus `revision=<the
-    pod's spec-fingerprint label>` when the pod has that label and no revision annotation; sorted by key."""
+    pod's spec-fingerprint label>` and `gpu=<its nodeSelector's nvidia.com/gpu.product>` when the pod has them and no
+    such annotation; sorted by key."""
     meta = pod.get("metadata", {})
     annotations = meta.get("annotations") or {}
     values = {
@@ -101,6 +104,10 @@ def emulator_options(pod: dict[str, Any]) -> list[str]:
         for key, value in annotations.items()
         if key.startswith(EMULATOR_ANNOTATION_PREFIX)
     }
+    product = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if product:
+        # The capacity model's GPU: the product the pod was scheduled for (an annotation wins).
+        values.setdefault(GPU_KEY, str(product))
     revision = (meta.get("labels") or {}).get(c.LABEL_FINGERPRINT)
     if revision:
         # An explicit annotation wins: a test can put one pod in another revision to provoke the oracle.

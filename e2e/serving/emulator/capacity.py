@@ -159,19 +159,28 @@ class Limits:
     max_prefill_tokens: int = 16384
     num_reserved_decode_tokens: int = 512
     page_size: int = 1
+    max_num_reqs: int | None = None
+    """Request slots (req_to_token_pool.size): what a PD decode pre-allocates into; None: max_running_requests."""
+
+    @property
+    def request_slots(self) -> int:
+        return self.max_num_reqs if self.max_num_reqs is not None else self.max_running_requests
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
     arrival: float
     prompt: int
     output: int
+    """Tokens this server produces: 1 on a prefill (the first token), the rest of the output on a decode."""
     prefilled: int = 0
     generated: float = 0.0
     admitted: float | None = None
     first_token: float | None = None
     finished: float | None = None
     retractions: int = 0
+    steps: int = 0
+    """Decode steps (verify steps with speculation) the request took part in."""
 
     @property
     def kv_tokens(self) -> int:
@@ -190,18 +199,37 @@ class Request:
 
 @dataclass
 class Server:
-    """One scheduler of `role`, stepped on a simulated clock (`run`)."""
+    """One scheduler of `role`, stepped on a simulated clock.
+
+    Pure use (`run`): the KV transfer is instant, a prefill frees a request's KV when its last chunk is done and a
+    decode runs a request the moment it is pre-allocated. Live use (`live=True`, driven by the emulator's
+    `batching.Scheduler`): a prefill holds the KV of a finished request in `inflight` until `release`, a decode holds
+    a pre-allocated request in `transferring` until `kv_arrived`; each `step` returns its duration and lists what it
+    emitted in `emitted` (request, tokens) for the caller to deliver when that time has passed.
+    """
 
     profile: Profile
     role: Role
     limits: Limits
+    live: bool = False
     clock: float = 0.0
     free_tokens: int = field(init=False)
     waiting: deque[Request] = field(default_factory=deque)
+    """Prefill: bootstrapped requests not yet prefilled. Decode: the pre-allocation queue."""
     running: list[Request] = field(default_factory=list)
     retracted: deque[Request] = field(default_factory=deque)
     chunked: Request | None = None
+    inflight: list[Request] = field(default_factory=list)
+    """Prefill, live: prefilled requests whose KV is being sent (SGLang's inflight queue)."""
+    transferring: list[Request] = field(default_factory=list)
+    """Decode, live: pre-allocated requests waiting for their KV (SGLang's transfer queue)."""
+    ready: deque[Request] = field(default_factory=deque)
+    """Decode: requests whose KV arrived, waiting for a place in the running batch (SGLang's waiting_queue)."""
     done: list[Request] = field(default_factory=list)
+    emitted: list[tuple[Request, int]] = field(default_factory=list)
+    allocated: list[Request] = field(default_factory=list)
+    """Decode, live: the requests the last step pre-allocated."""
+    last_batch: int = 0
     steps: int = 0
     retractions: int = 0
     min_free_tokens: int = field(init=False)
@@ -210,29 +238,83 @@ class Server:
         self.free_tokens = self.limits.max_total_num_tokens
         self.min_free_tokens = self.free_tokens
 
+    @property
+    def used_tokens(self) -> int:
+        return self.limits.max_total_num_tokens - self.free_tokens
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.retracted or self.chunked or self.ready)
+
     def run(self, arrivals: list[Request], until: float) -> None:
         """Step until `until` (simulated seconds), or until every arrival is done."""
         pending = deque(sorted(arrivals, key=lambda r: r.arrival))
         while self.clock < until:
             while pending and pending[0].arrival <= self.clock:
                 self.waiting.append(pending.popleft())
-            if not (self.waiting or self.running or self.retracted or self.chunked):
+            if not self.has_work():
                 if not pending:
                     return
                 self.clock = pending[0].arrival
                 continue
-            self.step()
+            if self.step() == 0.0:
+                raise RuntimeError(
+                    f"{self.role} server stalled: nothing can be scheduled with {self.free_tokens} free tokens"
+                )
 
-    def step(self) -> None:
+    def step(self) -> float:
+        """One scheduler iteration; returns its duration (0.0: nothing could run, wait for an event)."""
+        self.emitted = []
+        self.allocated = []
+        before = self.clock
         if self.role == "prefill":
             self._prefill_step()
         else:
             self._decode_step()
-        self.steps += 1
+        if self.clock > before:
+            self.steps += 1
         self.min_free_tokens = min(self.min_free_tokens, self.free_tokens)
         assert self.free_tokens >= 0, f"negative free tokens {self.free_tokens}"
+        return self.clock - before
 
-    # The PrefillAdder of a PD prefill: no running decode batch, one output token reserved per request.
+    # --- live events -------------------------------------------------------------------------------------------------
+
+    def release(self, req: Request) -> None:
+        """Prefill, live: the request's KV transfer is over (done or failed): its KV and reserved token are freed."""
+        if req in self.inflight:
+            self.inflight.remove(req)
+            self.free_tokens += req.prompt + 1
+
+    def kv_arrived(self, req: Request) -> None:
+        """Decode, live: the request's KV is here; it waits for a place in the running batch."""
+        if req in self.transferring:
+            self.transferring.remove(req)
+            self.ready.append(req)
+
+    def cancel(self, req: Request) -> None:
+        """The request failed or its client left: it leaves whatever queue holds it and gives back its KV."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+            if self.role == "prefill" and req.prefilled:
+                self.free_tokens += req.prefilled + 1  # a chunked request held its chunks and reserved token
+            return
+        if self.chunked is req:
+            self.chunked = None
+            self.free_tokens += req.prefilled + 1
+            return
+        if req in self.inflight:
+            self.release(req)
+            return
+        if req in self.retracted:
+            self.retracted.remove(req)  # its KV was offloaded: nothing held on the GPU
+            return
+        for queue in (self.transferring, self.ready, self.running):
+            if req in queue:
+                queue.remove(req)
+                self.free_tokens += req.kv_tokens
+                return
+
+    # --- prefill: the PrefillAdder of a PD prefill (no running decode batch, one output token reserved) ---------------
+
     def _prefill_step(self) -> None:
         lim = self.limits
         rem_chunk = lim.chunked_prefill_size
@@ -266,46 +348,61 @@ class Server:
             self.free_tokens -= 1  # the reserved output token, held while the request is in flight
             rem_input -= take
             rem_chunk = None if rem_chunk is None else rem_chunk - take
+        self.last_batch = len(batch)
         if not batch:
-            return self._idle()
+            return
         tokens = sum(take for _, take in batch)
         self.free_tokens -= tokens
         self.min_free_tokens = min(self.min_free_tokens, self.free_tokens)
         self.clock += self.profile.prefill_step_seconds(tokens)
         for req, take in batch:
             req.prefilled += take
-            if req.prefilled == req.prompt:  # the first token is out; the KV leaves with the (instant) transfer
+            if req.prefilled == req.prompt:  # the first token is out
                 req.generated = 1.0
                 req.first_token = req.finished = self.clock
-                self.free_tokens += req.prompt + 1
                 self.done.append(req)
+                self.emitted.append((req, 1))
+                if self.live:
+                    self.inflight.append(req)  # the KV stays until its transfer is over (`release`)
+                else:
+                    self.free_tokens += req.prompt + 1
+
+    # --- decode: pre-allocation, the running batch, retraction -------------------------------------------------------
 
     def _allocatable(self) -> int:
-        """decode.py:439-497 (0.5.2), without the transfer queue (transfers are instant here)."""
+        """decode.py:439-497 (0.5.2): free tokens minus the reservation of every request holding a slot, or the space
+        one request needs to finish alone, and minus what the retracted requests need to come back."""
         reserved = self.limits.num_reserved_decode_tokens
         retractable = sum(r.kv_tokens for r in self.running)
         single = max(
             (min(r.output, CLIP_MAX_NEW_TOKENS) + r.prompt - retractable for r in self.running),
             default=0,
         )
-        return self.free_tokens - max(reserved * len(self.running), single)
+        holders = len(self.running) + len(self.transferring) + len(self.ready)
+        retracted = sum(r.kv_tokens + reserved for r in self.retracted)
+        return self.free_tokens - max(reserved * holders, single) - retracted
+
+    def _slots_free(self) -> int:
+        held = len(self.running) + len(self.transferring) + len(self.ready) + len(self.retracted)
+        return self.limits.request_slots - held
 
     def _admit(self) -> None:
+        """Resume retracted requests first; while any remains, admit nothing new (decode.py:882-890). Then
+        pre-allocate waiting requests in order while their prompt and reservation fit (decode.py:368-400)."""
         lim = self.limits
-        allocatable = self._allocatable()
         while self.retracted and len(self.running) < lim.max_running_requests:
             req = self.retracted[0]
             need = req.kv_tokens + lim.num_reserved_decode_tokens
-            if need > allocatable:
+            if need > self._allocatable() + sum(r.kv_tokens + lim.num_reserved_decode_tokens for r in self.retracted):
                 break
             self.retracted.popleft()
-            allocatable -= need
             self.free_tokens -= req.kv_tokens  # its KV comes back from the host
             self.running.append(req)
         if self.retracted:
             return
+        allocatable = self._allocatable()
         retractable = sum(r.kv_tokens for r in self.running)
-        while self.waiting and len(self.running) < lim.max_running_requests:
+        while self.waiting and self._slots_free() > 0:
             req = self.waiting[0]
             need = req.prompt + lim.num_reserved_decode_tokens
             if max(need, req.prompt + min(req.output, CLIP_MAX_NEW_TOKENS) - retractable) > allocatable:
@@ -315,6 +412,16 @@ class Server:
             req.admitted = self.clock
             req.prefilled = req.prompt
             self.free_tokens -= req.prompt
+            if self.live:
+                self.transferring.append(req)
+                self.allocated.append(req)
+            else:
+                self.ready.append(req)
+
+    def _join_running(self) -> None:
+        """get_new_prebuilt_batch (decode.py:833-860): arrived requests join up to max_running_requests."""
+        while self.ready and len(self.running) < self.limits.max_running_requests:
+            req = self.ready.popleft()
             self.running.append(req)
 
     def _retract(self, per_request: int) -> None:
@@ -334,31 +441,35 @@ class Server:
 
     def _decode_step(self) -> None:
         self._admit()
+        self._join_running()
+        self.last_batch = len(self.running)
         if not self.running:
-            return self._idle()
+            return
         per_request = math.ceil(self.profile.tokens_per_decode_step)
         if self.free_tokens < per_request * len(self.running):
             self._retract(per_request)
-        context = sum(r.kv_tokens for r in self.running)
+        context = sum(r.prefilled + int(r.generated) for r in self.running)
         self.clock += self.profile.decode_step_seconds(len(self.running), context)
+        per_step = self.profile.tokens_per_decode_step
+        emitted = self.emitted
         still: list[Request] = []
-        for req in self.running:
-            before = req.kv_tokens
-            req.generated = min(req.generated + self.profile.tokens_per_decode_step, float(req.output))
-            self.free_tokens -= req.kv_tokens - before
+        for req in self.running:  # the hot loop of a saturated decode: plain arithmetic, no properties
+            before = int(req.generated)
+            generated = min(req.generated + per_step, float(req.output))
+            req.generated = generated
+            req.steps += 1
+            grown = int(generated) - before
+            self.free_tokens -= grown
+            emitted.append((req, grown))
             if req.first_token is None:
                 req.first_token = self.clock
-            if req.generated >= req.output:
+            if generated >= req.output:
                 req.finished = self.clock
-                self.free_tokens += req.kv_tokens
+                self.free_tokens += req.prefilled + int(generated)
                 self.done.append(req)
             else:
                 still.append(req)
         self.running = still
-
-    def _idle(self) -> None:
-        """Work is queued but none can run (the pool is held by others): wait for the next event."""
-        raise RuntimeError(f"{self.role} server stalled: nothing can be scheduled with {self.free_tokens} free tokens")
 
 
 # --- analytic capacity -----------------------------------------------------------------------------------------------

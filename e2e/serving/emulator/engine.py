@@ -9,6 +9,7 @@ served it (see `Engine.report`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from typing import Any, Final, NoReturn
 
 import aiohttp
 
-from e2e.serving.emulator import dp, pd, revision, textgen
+from e2e.serving.emulator import batching, capacity, dp, pd, profiles, revision, sizing, textgen
 from e2e.serving.emulator.facts import EMULATOR_PREFIX, FAKE_BOOTSTRAP_HOST, VersionFacts
 from e2e.serving.emulator.fingerprint import fingerprint_hash, mismatch_message, speculative_fingerprint
 from e2e.serving.emulator.metrics import Metrics
@@ -74,6 +75,8 @@ class GenRequest:
     """0.5.23: the prefill DP rank holding the request's KV, as a router may name it (decode side)."""
     dp_rank: int = 0
     """The DP rank this server's DP controller placed the request on (`dp.Dispatcher`)."""
+    ticket: batching.Ticket | None = None
+    """The request's place in the capacity model's scheduler, once it has one."""
 
     @property
     def is_fake(self) -> bool:
@@ -159,6 +162,61 @@ class Engine:
         """bootstrap_addr -> (refused until, reason): patch 0002's back-off for a mismatched prefill."""
         self.before_crash: list[Any] = []
         """Callables run before the process kills itself (flush logs)."""
+        self.transfer_bytes_per_second = options.kv_transfer_gb_per_second * 1e9
+        self.kv_bytes_per_token = options.kv_bytes_per_token
+        self.scheduler = self._capacity_scheduler()
+        """The capacity model's scheduler (None: every request at its own pace, `--emulate capacity=off`)."""
+
+    def _capacity_scheduler(self) -> batching.Scheduler | None:
+        """A scheduler per DP rank sized like SGLang's (e2e.serving.emulator.sizing) when the capacity model is on
+        and the model has a profile; PD servers only (a colocated server keeps the per-request pace)."""
+        cfg, options = self.cfg, self.options
+        if options.capacity == "off" or self.mode not in ("prefill", "decode"):
+            return None
+        profile = profiles.select_profile(
+            cfg.model_path,
+            options.gpu,
+            tp=cfg.tp_size,
+            dp=self.layout.attn_dp_size,
+            ep=int(cfg.given.get("--ep-size") or cfg.given.get("--expert-parallel-size") or 1),
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            speculative_algorithm=cfg.speculative_algorithm,
+            num_steps=cfg.speculative_num_steps,
+            num_draft_tokens=cfg.speculative_num_draft_tokens,
+            accept_length=float(options.accept_length or 1.0),
+        )
+        if profile is None:
+            log.info("emulator: no capacity profile for %s; requests advance at their own pace", cfg.model_path)
+            return None
+        ranks = self.layout.num_dp_ranks
+        sized = sizing.size_server(
+            cfg, profile, ranks=ranks, pool_tokens=options.kv_pool_tokens, context_length=self.context_length()
+        )
+        self.transfer_bytes_per_second = sized.transfer_bytes_per_second
+        self.kv_bytes_per_token = profile.model.kv_bytes_per_token
+        role: capacity.Role = "prefill" if self.mode == "prefill" else "decode"
+        servers = [capacity.Server(profile, role, sized.limits, live=True) for _ in range(ranks)]
+        log.info(
+            "emulator: capacity model %s on %s, %d DP rank(s) of %d KV tokens and %d running requests, time scale %g",
+            profile.model.name,
+            profile.gpu.name,
+            ranks,
+            sized.limits.max_total_num_tokens,
+            sized.limits.max_running_requests,
+            options.time_scale,
+        )
+        return batching.Scheduler(servers, time_scale=options.time_scale, on_step=self._update_gauges)
+
+    def set_accept_length(self, accept_length: float) -> None:
+        """The emulated draft got better or worse: the capacity model's verify steps emit that many tokens."""
+        if self.scheduler is None:
+            return
+        for server in self.scheduler.servers:
+            spec = server.profile.speculative
+            if spec is not None:
+                server.profile = dataclasses.replace(
+                    server.profile, speculative=dataclasses.replace(spec, accept_length=accept_length)
+                )
 
     # --- plumbing ---------------------------------------------------------------------------------------------------
 
@@ -176,6 +234,8 @@ class Engine:
         return self._session
 
     async def close(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         if self._session is not None:
             await self._session.close()
 
@@ -183,22 +243,36 @@ class Engine:
         return self.options.context_length or self.cfg.context_length or DEFAULT_CONTEXT_LENGTH
 
     def load(self) -> int:
-        """What /get_load and /v1/loads report as used tokens: prompt + output tokens of the requests in flight."""
+        """What /get_load and /v1/loads report as used tokens: with the capacity model SGLang's (used KV + waiting
+        prompts), else prompt + output tokens of the requests in flight."""
+        if self.scheduler is not None:
+            return self.scheduler.load()
         return self.counters.used_tokens
 
     def _update_gauges(self) -> None:
         c = self.counters
+        now = time.monotonic()
+        c.generated_recent = [(t, n) for t, n in c.generated_recent if now - t < 10.0]
+        throughput = sum(n for _, n in c.generated_recent) / 10.0
+        sched = self.scheduler
+        if sched is None:
+            running, queued, used, total = (
+                c.running,
+                c.decode_prealloc + c.prefill_bootstrap,
+                c.used_tokens,
+                TOKEN_CAPACITY,
+            )
+        else:
+            # SGLang's own figures: the running batch, its waiting_queue, the KV pool (0.5.2 scheduler_metrics_mixin).
+            running, queued, used, total = sched.running(), sched.queued(), sched.used_tokens(), sched.total_tokens()
         self.metrics.set_queues(
-            running=c.running,
-            queued=c.decode_prealloc + c.prefill_bootstrap,
+            running=running,
+            queued=queued,
             prefill_bootstrap=c.prefill_bootstrap,
             prefill_inflight=c.prefill_inflight,
         )
         self.metrics.set_decode_queues(prealloc=c.decode_prealloc, transfer=c.decode_transfer)
-        now = time.monotonic()
-        c.generated_recent = [(t, n) for t, n in c.generated_recent if now - t < 10.0]
-        throughput = sum(n for _, n in c.generated_recent) / 10.0
-        self.metrics.set_usage(used_tokens=c.used_tokens, capacity=TOKEN_CAPACITY, gen_throughput=throughput)
+        self.metrics.set_usage(used_tokens=used, capacity=total, gen_throughput=throughput)
 
     def crash(self, reason: str, who: str = "Scheduler") -> NoReturn:
         """Die like SGLang after a scheduler (or DP controller) exception: it logs it and SIGQUITs the server, which
@@ -292,6 +366,8 @@ class Engine:
                 self.metrics.observe_aborted_request()
             raise
         finally:
+            if req.ticket is not None and self.scheduler is not None:
+                self.scheduler.cancel(req.ticket)
             if counted:
                 self.dispatcher.finish(req.dp_rank)
             self.counters.in_flight -= 1
@@ -341,7 +417,13 @@ class Engine:
                 self.counters.prefill_bootstrap -= 1
             decode_peer = room.decode
         bootstrap_done = time.monotonic()
-        await asyncio.sleep(len(req.input_ids) / self.options.prefill_tokens_per_second)
+        if self.scheduler is not None and not req.is_fake:
+            # The prefill scheduler runs it (chunked, batched with others) once its decode has pre-allocated.
+            req.ticket = self.scheduler.submit(req.dp_rank, len(req.input_ids), 1)
+            async for _ in req.ticket.sizes():
+                pass
+        else:
+            await asyncio.sleep(len(req.input_ids) / self.options.prefill_tokens_per_second)
         first_id, first_text = textgen.output_token(1)
         if room is not None:
             self.counters.prefill_inflight += 1
@@ -407,9 +489,14 @@ class Engine:
     ) -> None:
         room.status = pd.TRANSFERRING
         room.touch()
-        size = len(req.input_ids) * self.options.kv_bytes_per_token
-        seconds = size / (self.options.kv_transfer_gb_per_second * 1e9)
-        await asyncio.sleep(seconds)
+        size = len(req.input_ids) * self.kv_bytes_per_token
+        seconds = size / self.transfer_bytes_per_second
+        scale = self.options.time_scale if self.scheduler is not None else 1.0
+        try:
+            await asyncio.sleep(seconds * scale)
+        finally:
+            if req.ticket is not None and self.scheduler is not None:
+                self.scheduler.release(req.ticket)  # the KV leaves the prefill's pool when its transfer is over
         target = decode_peer or {}
         if self.options.fail == "transfer-failure" or room.status == pd.FAILED:
             reason = (
@@ -424,7 +511,7 @@ class Engine:
         room.status = pd.SUCCESS
         room.touch()
         self.metrics.observe_kv_transfer(
-            speed_gb_s=self.options.kv_transfer_gb_per_second,
+            speed_gb_s=self.transfer_bytes_per_second / 1e9,
             latency_ms=max(seconds * 1000.0, 0.001),
             bootstrap_ms=bootstrap_ms,
         )
@@ -473,6 +560,8 @@ class Engine:
                 raise Abort(self._decode_failure("transfer", req, exc.reason), 500) from None
             finally:
                 self.counters.decode_transfer -= 1
+            if req.ticket is not None and self.scheduler is not None:
+                self.scheduler.kv_arrived(req.ticket)
             peer = room.get("prefill") or {}
             first = room.get("first_token") or {}
             if self.facts.has_fingerprint is False:
@@ -553,6 +642,7 @@ class Engine:
             rank = rank or got[1]
         assert rank is not None
         rank_url = f"http://{rank['rank_ip']}:{rank['rank_port']}"
+        await self._preallocate(req)
         me = {
             "pod": self.pod_name,
             "ip": self.bind,
@@ -580,6 +670,16 @@ class Engine:
             answered = b""
         self._check_revision(req, addr, answered)
         return {"addr": addr, "rank_url": rank_url, "dp_rank": dp_rank}
+
+    async def _preallocate(self, req: GenRequest) -> None:
+        """With the capacity model, wait in the pre-allocation queue until the request's KV has a place: only then
+        does the decode send its KV indices to the prefill (0.5.2 decode.py:368-420, `kv_receiver.init`), so until
+        then the prefill holds the request in its bootstrap queue."""
+        if self.scheduler is None:
+            return
+        count, _ = self._plan(req)
+        req.ticket = self.scheduler.submit(req.dp_rank, len(req.input_ids), max(0, count - 1))
+        await req.ticket.allocated.wait()
 
     async def _query_prefill_dp_rank(self, addr: str, room: int) -> int:
         """0.5.23, a prefill that does not follow the room: the decode keeps the request pending and asks the
@@ -789,6 +889,25 @@ class Engine:
         accept = float(self.options.accept_length or 1.0)
         return verify_step_sizes(accept, int(self.cfg.speculative_num_draft_tokens or math.ceil(accept)), remaining)
 
+    async def _paced(self, req: GenRequest, count: int) -> AsyncIterator[int]:
+        """Output tokens per step. The first token came with the KV cache (decode) or from the prefill pass
+        (colocated): at once at its own pace; with the capacity model it leaves with the tokens of the request's first
+        decode step in the running batch."""
+        ticket = req.ticket
+        if ticket is None or self.scheduler is None:
+            yield 1
+            for size in self._steps(count - 1):
+                await asyncio.sleep(size / self.options.tokens_per_second)
+                yield size
+            return
+        pending = 1
+        if count == 1:
+            yield 1
+            return
+        async for size in ticket.sizes():
+            yield size + pending
+            pending = 0
+
     async def _generate_tokens(
         self, req: GenRequest, started: float, peer: dict[str, Any] | None, first: dict[str, Any]
     ) -> AsyncIterator[dict[str, Any]]:
@@ -817,12 +936,9 @@ class Engine:
                 token_texts.append(ttext)
             if stop and count == 1:
                 token_ids, token_texts = [textgen.EOS_TOKEN_ID], [""]
-            # The first token came with the KV cache (decode) or from the prefill pass (colocated).
-            plan = [1, *self._steps(count - 1)]
             position = 0
-            for step, size in enumerate(plan):
-                if step > 0:
-                    await asyncio.sleep(size / self.options.tokens_per_second)
+            async for size in self._paced(req, count):
+                if position > 0 or size > 1:
                     verify_ct += 1 if self.speculative else 0
                 now = time.monotonic()
                 if first_token_at is None:

@@ -11,10 +11,14 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 Fail = Literal["none", "bootstrap-refused", "transfer-failure", "crash", "load-failure"]
+CapacityMode = Literal["auto", "off"]
 MismatchMode = Literal["crash", "abort"]
 
 FAILS: Final[tuple[str, ...]] = ("none", "bootstrap-refused", "transfer-failure", "crash", "load-failure")
 MISMATCH_MODES: Final[tuple[str, ...]] = ("crash", "abort")
+CAPACITY_MODES: Final[tuple[str, ...]] = ("auto", "off")
+RATE_KEYS: Final = frozenset({"tokens_per_second", "prefill_tokens_per_second"})
+"""Setting either pace (without `capacity`) selects the per-request pace instead of the capacity model."""
 
 
 class OptionError(ValueError):
@@ -23,6 +27,19 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class EmulateOptions:
+    capacity: CapacityMode = "auto"
+    """`auto`: the server runs the capacity model (e2e.serving.emulator.capacity: batches, KV pool, queues, step times
+    from the GPU x model profile) when its model has a profile and neither pace below is set; `off`: every request
+    advances at its own `tokens-per-second`, with no batch limit and no queue."""
+    time_scale: float = 1.0
+    """Capacity model: wall-clock seconds per emulated second (every step and KV transfer takes that many times
+    longer), so that many servers fit a small machine; latencies seen outside are in scaled time."""
+    gpu: str | None = None
+    """Capacity model: the GPU product (`nvidia.com/gpu.product` spelling, e.g. NVIDIA-H200); the pod runner passes
+    the pod's nodeSelector value; unset: H100."""
+    kv_pool_tokens: int | None = None
+    """Capacity model: max_total_num_tokens per DP rank instead of the memory model's (a small pool saturates with
+    few requests)."""
     load_seconds: float = 0.0
     """Model loading time: the HTTP port listens only after it (SGLang starts uvicorn after the scheduler reports
     ready), the prefill's bootstrap server listens from the start but has no prefill rank registered until then."""
@@ -139,6 +156,10 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
 
 
 _CONVERTERS: Final[dict[str, Callable[[str], Any]]] = {
+    "capacity": _choice(CAPACITY_MODES),
+    "time_scale": _positive,
+    "gpu": _text,
+    "kv_pool_tokens": _count,
     "load_seconds": _float,
     "tokens_per_second": _positive,
     "prefill_tokens_per_second": _positive,
@@ -182,4 +203,6 @@ def parse_options(items: Sequence[str]) -> EmulateOptions:
             raise OptionError(f"--emulate {key}={raw!r}: {exc}") from None
     if "crash_after" in values and "fail" not in values:
         values["fail"] = "crash"
+    if RATE_KEYS & values.keys() and "capacity" not in values:
+        values["capacity"] = "off"
     return EmulateOptions(**values)

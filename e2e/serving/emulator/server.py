@@ -142,6 +142,7 @@ class EmulatorServer:
         add("GET", "/ping", self.ping)
         add("POST", EMULATOR_PREFIX + "options", self.set_options)
         add("GET", EMULATOR_PREFIX + "dp", self.dp_report)
+        add("GET", EMULATOR_PREFIX + "capacity", self.capacity_report)
         if self.cfg.enable_metrics:
             # add_prometheus_middleware mounts the exporter at ^/metrics(?P<path>.*)$ (so /metrics/ works too).
             add("GET", "/metrics", self.metrics)
@@ -230,6 +231,8 @@ class EmulatorServer:
             changes["accept_length"] = max(1.0, min(accept, float(cap)) if cap else accept)
         self.options = dataclasses.replace(self.options, **changes)
         self.engine.options = dataclasses.replace(self.engine.options, **changes)
+        if "accept_length" in changes:
+            self.engine.set_accept_length(float(changes["accept_length"]))
         log.info("emulator: options changed at run time: %s", changes)
         return web.json_response({key.replace("_", "-"): value for key, value in changes.items()})
 
@@ -237,6 +240,13 @@ class EmulatorServer:
         """`GET /emulator/dp`: this server's DP layout and the requests each DP rank was given (emulator-only; SGLang
         shows per-rank load in its metrics' dp_rank label, which the emulator does not export)."""
         return web.json_response(self.engine.dispatcher.report())
+
+    async def capacity_report(self, request: web.Request) -> web.Response:
+        """`GET /emulator/capacity`: the capacity model's state per DP rank (pool, queues, steps, retractions) and
+        the loop's lag (emulator-only); `{"enabled": false}` when requests advance at their own pace."""
+        if self.engine.scheduler is None:
+            return web.json_response({"enabled": False})
+        return web.json_response({"enabled": True, **self.engine.scheduler.report()})
 
     # --- info -------------------------------------------------------------------------------------------------------
 

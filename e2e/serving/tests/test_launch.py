@@ -31,6 +31,13 @@ def test_the_fingerprint_label_is_the_revision_unless_annotated() -> None:
     assert emulator_options(pool_pod({"disaggspec.io/spec-fingerprint": ""}, {})) == []
 
 
+def test_the_node_selectors_gpu_product_is_the_capacity_models_gpu_unless_annotated() -> None:
+    pod = {**pool_pod({}, {}), "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}
+    assert emulator_options(pod) == ["--emulate", "gpu=NVIDIA-H200"]
+    annotated = {**pool_pod({}, {"emulator.disaggspec.io/gpu": "NVIDIA-H100-80GB-HBM3"}), "spec": pod["spec"]}
+    assert emulator_options(annotated) == ["--emulate", "gpu=NVIDIA-H100-80GB-HBM3"]
+
+
 def test_pool_pod_plan_carries_the_revision() -> None:
     pod = pool_pod({"app.kubernetes.io/version": "0.5.23", "disaggspec.io/spec-fingerprint": FINGERPRINT}, {})
     container = {"name": "sglang", "command": ["python3", "-m", "sglang.launch_server"], "args": ["--model-path", "m"]}

@@ -174,4 +174,6 @@ def test_no_new_admission_while_a_retracted_request_waits() -> None:
     assert not server.running and list(server.waiting) == [newcomer]
     server.retracted.clear()
     server._admit()
+    assert list(server.ready) == [newcomer]  # pre-allocated; the KV transfer is instant in pure use
+    server._join_running()
     assert server.running == [newcomer]
