@@ -85,7 +85,7 @@ def size_server(
     if pool_tokens is None:
         pool_tokens = profile_pool_tokens(profile, fraction, cfg.page_size)
     # model_runner.py:1252-1261 (0.5.2): request slots = min(max(pool / context x 512, 2048), 4096).
-    slots = min(max(int(pool_tokens / context_length * 512), 2048), 4096)
+    slots = min(max(int(pool_tokens / max(1, context_length) * 512), 2048), 4096)
     running_flag = _given(cfg, "--max-running-requests")
     # tp_worker.py:137-145: max_running_requests = min(pool // 2 or the flag (per DP rank), request slots).
     running = pool_tokens // 2 if running_flag is None else int(running_flag) // max(1, ranks)
@@ -108,7 +108,7 @@ def size_server(
 
 def profile_pool_tokens(profile: Profile, mem_fraction_static: float, page_size: int) -> int:
     """KV pool tokens of one DP rank from the memory model (weights and KV heads split over the server's GPUs)."""
-    return max(profile.max_total_num_tokens(mem_fraction_static, page_size), page_size)
+    return max(profile.max_total_num_tokens(mem_fraction_static, page_size), 0)
 
 
 def transfer_bytes_per_second(cfg: ServerConfig) -> float:

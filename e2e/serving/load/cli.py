@@ -7,7 +7,9 @@ One arrival shape: `--rate R` (Poisson), `--steps 20:5,20:20,20:5` (seconds:rate
 over --duration), `--daily PEAK` (a 24 h curve compressed into --duration) or `--trace FILE` (CSV
 timestamp,prompt_tokens,output_tokens, or an Azure LLM trace). Lengths: `--prompt-tokens SPEC --output-tokens SPEC`
 (`e2e.serving.load.lengths`) or `--lengths histogram:azure-conv-2023`. Writes summary.json, timeline.csv,
-requests.csv and plot.png into --out and prints the summary. Exit status 0 when at least one request succeeded.
+requests.csv and plot.png into --out and prints the summary. `--time-scale S` drives servers emulated S times slower
+than a GPU: give every figure in emulated time; it is sent S times slower and reported in emulated time. Exit status
+0 when at least one request succeeded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from e2e.serving.load.client import APIS, Bounds, RunReport, Sampler, plan, run
 from e2e.serving.load.lengths import length_model
 from e2e.serving.load.plot import plot
 from e2e.serving.load.sla import Sla, summary, timeline, write_requests, write_timeline
+from e2e.serving.load.timescale import check_scale
 from e2e.serving.traffic import require_loopback
 
 DEFAULT_DURATION = 60.0
@@ -70,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
                    "as client-cap instead of waiting (default 256)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds (default 60)")
     p.add_argument("--drain", type=float, help="seconds allowed after the last arrival (default --timeout)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="S", help="the servers run S times slower "
+                   "than a GPU (their time-scale annotation): rates, durations, trace times, SLA targets and timeouts "
+                   "are emulated time, sent S times slower and reported in emulated time (default 1)")  # fmt: skip
     p.add_argument("--sla-ttft-ms", type=float, help="SLA: time to first token, ms")
     p.add_argument("--sla-itl-ms", type=float, help="SLA: mean inter-token latency of a request, ms")
     p.add_argument("--sla-e2e-ms", type=float, help="SLA: end to end, ms")
@@ -144,7 +150,7 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
         f = figures[name]
         return f"p50 {f['p50']} / p90 {f['p90']} / p99 {f['p99']} ms"
 
-    return [
+    lines = [
         f"{figures['shape']}; {figures['lengths']}; api {figures['api']}, model {figures['model']}",
         f"requests: {req['scheduled']} scheduled, {req['sent']} sent, {req['succeeded']} succeeded, "
         f"{req['met_sla']} met the SLA {figures['sla'] or '(none set)'}, {req['failed']} failed {figures['failures']}",
@@ -155,6 +161,11 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
         f"schedule lag p99 {figures['schedule_lag_ms']['p99']} ms; generator CPU {figures['generator']['cpu_s']} s "
         f"({figures['generator']['cpu_ms_per_request']} ms per request)",
     ]
+    scale = figures.get("time_scale", 1.0)
+    if scale != 1:
+        lines.append(f"time scale {scale:g}: sent {scale:g}x slower; every time and rate above is emulated (GPU) "
+                     "time, the generator's CPU is wall-clock")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             drain=args.drain,
         )
         sla = Sla(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms)
+        check_scale(args.time_scale)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -184,7 +196,17 @@ def main(argv: list[str] | None = None) -> int:
 
         pools = from_kubeconfig(args.kubeconfig, args.namespace, args.service)
     result: RunReport = asyncio.run(
-        run(requests, url, api=args.api, model=model, bounds=bounds, window=window, seed=args.seed, pools=pools)
+        run(
+            requests,
+            url,
+            api=args.api,
+            model=model,
+            bounds=bounds,
+            window=window,
+            seed=args.seed,
+            pools=pools,
+            time_scale=args.time_scale,
+        )
     )
     context = {"url": url, "api": args.api, "model": model, "shape": shape, "lengths": lengths.describe()}
     context["seed"] = args.seed
@@ -194,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "summary.json").write_text(json.dumps(figures, indent=2) + "\n")
     write_timeline(rows, args.out / "timeline.csv")
     write_requests(result.results, args.out / "requests.csv")
-    plot(rows, sla, args.out / "plot.png", title=f"{shape} -> {url} ({args.api})")
+    plot(rows, sla, args.out / "plot.png", title=f"{shape} -> {url} ({args.api})", time_scale=args.time_scale)
     for line in report_lines(figures):
         print(line)
     print(f"wrote {args.out}/summary.json, timeline.csv, requests.csv, plot.png")

@@ -177,6 +177,9 @@ class RunReport:
     """CPU (user + system) this process spent during the run: the generator's own cost."""
     pool_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     """(seconds from the start, ready servers per pool) from the pool sampler, when one ran."""
+    time_scale: float = 1.0
+    """Wall-clock seconds per emulated second the run was sent at; every time above is in emulated seconds except
+    `cpu_seconds` (`e2e.serving.load.timescale`)."""
 
 
 def prompt_text(request: Request, seed: int) -> str:
@@ -379,6 +382,7 @@ async def run(
     stop: threading.Event | None = None,
     pools: Sampler | None = None,
     pool_interval: float = 1.0,
+    time_scale: float = 1.0,
 ) -> RunReport:
     """Send `requests` open loop to `target` (a URL or a `traffic.Target`); never raises for a failed request.
 
@@ -386,8 +390,45 @@ async def run(
     `bounds.max_requests` leaves requests out, it ends at the first of them, so pass one request more than the cap
     to have it measured). `pools`, when given, is called every `pool_interval` seconds while the load runs. Setting
     `stop` ends the load early: no request leaves after that (the rest are `stopped`), those in flight finish within
-    the drain time. A bug of the generator or a target that picks an address off loopback raises."""
+    the drain time. A bug of the generator or a target that picks an address off loopback raises.
+
+    `time_scale` S > 1 is for servers emulated S times slower than a GPU: request times, `bounds`' duration, timeout
+    and drain, `window` and `pool_interval` are emulated seconds, the load is sent S times slower, and the report's
+    times are emulated seconds again (`e2e.serving.load.timescale`)."""
+    from e2e.serving.load import timescale  # it builds on this module's types: imported here, not at the top
+
+    scale = timescale.check_scale(time_scale)
     bounds = bounds or Bounds()
+    if scale == 1.0:
+        return await _run_wall(requests, target, api, model, bounds, window, seed, stop, pools, pool_interval)
+    wall = await _run_wall(
+        timescale.wall_requests(requests, scale),
+        target,
+        api,
+        model,
+        timescale.wall_bounds(bounds, scale),
+        None if window is None else window * scale,
+        seed,
+        stop,
+        pools,
+        pool_interval * scale,
+    )
+    return timescale.to_emulated(wall, scale, requests)
+
+
+async def _run_wall(
+    requests: Sequence[Request],
+    target: Target | str,
+    api: Api,
+    model: str,
+    bounds: Bounds,
+    window: float | None,
+    seed: int,
+    stop: threading.Event | None,
+    pools: Sampler | None,
+    pool_interval: float,
+) -> RunReport:
+    """`run` in wall-clock seconds."""
     if isinstance(target, str):
         target = FixedTarget(target)
     admitted = bounds.admit(requests)

@@ -18,7 +18,8 @@ def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float("nan") if row.get(key) is None else float(row[key]) for row in rows]
 
 
-def plot(rows: Sequence[Mapping[str, Any]], sla: Sla, path: Path, title: str = "") -> None:
+def plot(rows: Sequence[Mapping[str, Any]], sla: Sla, path: Path, title: str = "", time_scale: float = 1.0) -> None:
+    """Draw `rows` into `path`; with `time_scale` != 1 the seconds are emulated ones (the axis says so)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,6 +66,7 @@ def plot(rows: Sequence[Mapping[str, Any]], sla: Sla, path: Path, title: str = "
         ready.set_ylabel("ready servers")
         ready.legend(loc="best", fontsize="small", ncol=len(pools), framealpha=0.7)
         ready.set_ylim(bottom=0)
-    axes[-1].set_xlabel("seconds since the start")
+    scaled = f"emulated seconds since the start (sent {time_scale:g}x slower)" if time_scale != 1 else ""
+    axes[-1].set_xlabel(scaled or "seconds since the start")
     figure.savefig(path, dpi=110)
     plt.close(figure)

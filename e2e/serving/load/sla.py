@@ -6,7 +6,9 @@ this is SGLang's own goodput rule (sglang 0.5.23 benchmark/goodput.py:25-43, TTF
 the requests (and their output tokens) that met it, per second of the run (start to the end of the last request, as
 SGLang divides by the benchmark's duration). The offered rate is the scheduled requests over the arrival window;
 the achieved rate is the successful requests over the run. Percentiles interpolate linearly between the two nearest
-ranks (numpy's default, which SGLang's benchmark uses). Everything here is pure: results in, numbers out.
+ranks (numpy's default, which SGLang's benchmark uses). A report sent at a time scale (`timescale`) is already in
+emulated seconds: every figure here reads in emulated time, except the generator's CPU (wall-clock), and the summary
+records the scale as `time_scale`. Everything here is pure: results in, numbers out.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def summary(report: RunReport, sla: Sla, context: Mapping[str, Any] | None = Non
         "e2e_ms": latency_summary([r.e2e for r in ok if r.e2e is not None]),
         "max_gap_ms": latency_summary([r.max_gap for r in ok if r.max_gap is not None]),
         "schedule_lag_ms": latency_summary(lags),
+        "time_scale": report.time_scale,
         "generator": {
             "cpu_s": round(report.cpu_seconds, 3),
             "cpu_ms_per_request": round(1000 * report.cpu_seconds / len(sent), 3) if sent else None,
