@@ -194,8 +194,8 @@ class Engine:
         )
         if sized.limits.max_total_num_tokens <= 0:
             # SGLang refuses to start here ("Not enough memory. Please try to increase --mem-fraction-static",
-            # 0.5.2 model_runner.py:1318); the emulator serves at its own pace instead, so that a layout test on a GPU the
-            # model does not fit still runs. Said loudly: no capacity figure from this server means anything.
+            # 0.5.2 model_runner.py:1318); the emulator serves at its own pace instead, so that a layout test on a
+            # GPU the model does not fit still runs. Said loudly: no capacity figure from this server means anything.
             log.error(
                 "emulator: %s does not fit %d x %s at this mem fraction (no KV pool); SGLang would not start. "
                 "Capacity model off for this server.",

@@ -11,6 +11,7 @@ import http.client
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,6 +223,12 @@ def request(
         return exc.code, exc.read(), dict(exc.headers)
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return 0, b"", {}
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of the samples of `name` (any labels)."""
+    values = [float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, flags=re.M)]
+    return sum(values)
 
 
 def wait_for(url: str, *, status: int = 200, timeout: float = 30.0, proc: Proc | None = None) -> None:

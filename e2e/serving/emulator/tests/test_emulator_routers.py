@@ -9,7 +9,6 @@ The PD timeouts are shortened through SGLang's own environment variables (SGLANG
 from __future__ import annotations
 
 import json
-import re
 import signal
 import time
 from typing import Any
@@ -20,6 +19,7 @@ from disaggspec.sglang.profiles import PROFILES
 from e2e.serving.emulator.tests.harness import (
     INCOMPLETE,
     Stack,
+    metric,
     request,
     sse_events,
     stream_lines,
@@ -71,12 +71,6 @@ def report_of(payload: Any) -> dict[str, Any]:
     found = payload.get("emulator") or (payload.get("meta_info") or {}).get("emulator")
     assert isinstance(found, dict), payload
     return found
-
-
-def metric(text: str, name: str) -> float:
-    """Sum of the samples of `name` (any labels)."""
-    values = [float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, flags=re.M)]
-    return sum(values)
 
 
 def metrics_of(stack: Stack, host: int) -> str:
