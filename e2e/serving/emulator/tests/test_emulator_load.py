@@ -98,7 +98,7 @@ def test_long_outputs_queue_on_the_decode_and_hold_the_prefill_in_bootstrap(stac
     # tokens: the other ten wait for pre-allocation, and their prefill halves wait in the prefill's bootstrap queue.
     url = _start(stack, version, decode=("kv-pool-tokens=4000",))
     statuses, waiter = _burst(url, 100, 600)
-    gauges = {
+    gauges: dict[int, tuple[str, ...]] = {
         1: ("sglang:num_queue_reqs", _bootstrap_queue(version)),
         2: ("sglang:num_decode_prealloc_queue_reqs", "sglang:token_usage"),
     }
