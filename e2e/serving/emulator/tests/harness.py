@@ -2,7 +2,8 @@
 
 `Stack` is a context manager: every process it starts is SIGTERMed, then SIGKILLed, when the block ends (a test
 failure included). Each stack takes a fresh /24 of loopback addresses (127.<250..254>.<n>.x, the second octet from
-the test process's pid), so tests never share an address and every process can use SGLang's fixed port numbers.
+the xdist worker, else from the pid), so tests never share an address and every process can use SGLang's fixed port
+numbers.
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ def sglang_args(
     ]
 
 
+def _second_octet() -> int:
+    """250-254: one per pytest-xdist worker (gw0..gw4), so that two workers never share a subnet; a process outside
+    xdist takes one from its pid."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return 250 + int(worker[2:]) % 5
+    return 250 + os.getpid() % 5
+
+
 @dataclass
 class Proc:
     name: str
@@ -102,7 +112,7 @@ class Stack:
     """Processes of one test; use as a context manager."""
 
     workdir: Path
-    subnet: str = field(default_factory=lambda: f"127.{250 + os.getpid() % 5}.{next(_SUBNETS) % 250 + 1}")
+    subnet: str = field(default_factory=lambda: f"127.{_second_octet()}.{next(_SUBNETS) % 250 + 1}")
     procs: list[Proc] = field(default_factory=list)
 
     def ip(self, host: int) -> str:
