@@ -128,13 +128,10 @@ class Scheduler:
     # --- what the metrics read --------------------------------------------------------------------------------------
 
     def running(self) -> int:
-        return sum(s.last_batch if s.role == "prefill" else len(s.running) for s in self.servers)
+        return sum(s.running_count for s in self.servers)
 
     def queued(self) -> int:
-        """SGLang's waiting_queue: bootstrapped prefills not yet run, or decodes whose KV arrived, not yet running."""
-        if self.role == "prefill":
-            return sum(len(s.waiting) + (s.chunked is not None) for s in self.servers)
-        return sum(len(s.ready) for s in self.servers)
+        return sum(s.queued_count for s in self.servers)
 
     def preallocating(self) -> int:
         """Decode: requests waiting for KV space (the pre-allocation queue's part the scheduler holds)."""

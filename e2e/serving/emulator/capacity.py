@@ -242,6 +242,19 @@ class Server:
     def used_tokens(self) -> int:
         return self.limits.max_total_num_tokens - self.free_tokens
 
+    @property
+    def running_count(self) -> int:
+        """`sglang:num_running_reqs`: the batch a prefill last ran, a decode's running batch."""
+        return self.last_batch if self.role == "prefill" else len(self.running)
+
+    @property
+    def queued_count(self) -> int:
+        """`sglang:num_queue_reqs` (SGLang's waiting_queue): bootstrapped prefills not yet run (the chunked one
+        included), or decodes whose KV arrived that wait for a place in the running batch."""
+        if self.role == "prefill":
+            return len(self.waiting) + (self.chunked is not None)
+        return len(self.ready)
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.retracted or self.chunked or self.ready)
 

@@ -9,6 +9,7 @@ served it (see `Engine.report`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -85,15 +86,18 @@ class GenRequest:
 
 @dataclass
 class Counters:
-    prefill_bootstrap: int = 0
-    prefill_inflight: int = 0
-    decode_prealloc: int = 0
-    decode_transfer: int = 0
+    """In-flight requests per stage; the PD queue counts are per DP rank (SGLang exports them per DP scheduler)."""
+
+    prefill_bootstrap: collections.Counter[int] = field(default_factory=collections.Counter)
+    prefill_inflight: collections.Counter[int] = field(default_factory=collections.Counter)
+    decode_prealloc: collections.Counter[int] = field(default_factory=collections.Counter)
+    decode_transfer: collections.Counter[int] = field(default_factory=collections.Counter)
     running: int = 0
     in_flight: int = 0
     handled: int = 0
     used_tokens: int = 0
-    generated_recent: list[tuple[float, int]] = field(default_factory=list)
+    generated_recent: list[tuple[float, int, int]] = field(default_factory=list)
+    """(when, tokens, DP rank) of the last 10 s: `sglang:gen_throughput` per DP scheduler."""
 
 
 def new_rid() -> str:
@@ -144,11 +148,17 @@ class Engine:
         self.bind = bind
         self.pod_name = pod_name
         self.timeouts = timeouts
+        self.layout = dp.layout(cfg)
+        # DP replicas (plain --dp-size) would restart tp_rank at 0 per replica; the operator renders only DP attention.
         self.metrics = Metrics(
-            version_facts, cfg.served_model_name, cfg.disaggregation_mode, tp_ranks=node_tp_ranks(cfg)
+            version_facts,
+            cfg.served_model_name,
+            cfg.disaggregation_mode,
+            tp_ranks=node_tp_ranks(cfg),
+            dp_size=self.layout.num_dp_ranks,
+            attn_tp_size=self.layout.attn_tp_size,
         )
         self.fingerprint = speculative_fingerprint(cfg, options)
-        self.layout = dp.layout(cfg)
         self.dispatcher = dp.Dispatcher(self.layout)
         """This server's DP controller (one DP rank unless DP attention or replicas)."""
         self.counters = Counters()
@@ -264,27 +274,34 @@ class Engine:
     def _update_gauges(self) -> None:
         c = self.counters
         now = time.monotonic()
-        c.generated_recent = [(t, n) for t, n in c.generated_recent if now - t < 10.0]
-        throughput = sum(n for _, n in c.generated_recent) / 10.0
+        c.generated_recent = [(t, n, r) for t, n, r in c.generated_recent if now - t < 10.0]
+        throughput: dict[int, float] = collections.defaultdict(float)
+        for _, tokens, rank in c.generated_recent:
+            throughput[rank] += tokens / 10.0
         sched = self.scheduler
-        if sched is None:
-            running, queued, used, total = (
-                c.running,
-                c.decode_prealloc + c.prefill_bootstrap,
-                c.used_tokens,
-                TOKEN_CAPACITY,
+        for rank in self.metrics.dp_ranks:
+            if sched is None:  # the per-request pace: the server's totals on its first DP rank
+                first = rank == self.metrics.dp_ranks[0]
+                running = c.running if first else 0
+                queued = c.decode_prealloc[rank] + c.prefill_bootstrap[rank]
+                used, total = (c.used_tokens if first else 0), TOKEN_CAPACITY
+            else:  # SGLang's own figures per DP scheduler: the running batch, its waiting_queue, the KV pool
+                server = sched.servers[rank]
+                running, queued = server.running_count, server.queued_count
+                used, total = server.used_tokens, server.limits.max_total_num_tokens
+            self.metrics.set_queues(
+                running=running,
+                queued=queued,
+                prefill_bootstrap=c.prefill_bootstrap[rank],
+                prefill_inflight=c.prefill_inflight[rank],
+                dp_rank=rank,
             )
-        else:
-            # SGLang's own figures: the running batch, its waiting_queue, the KV pool (0.5.2 scheduler_metrics_mixin).
-            running, queued, used, total = sched.running(), sched.queued(), sched.used_tokens(), sched.total_tokens()
-        self.metrics.set_queues(
-            running=running,
-            queued=queued,
-            prefill_bootstrap=c.prefill_bootstrap,
-            prefill_inflight=c.prefill_inflight,
-        )
-        self.metrics.set_decode_queues(prealloc=c.decode_prealloc, transfer=c.decode_transfer)
-        self.metrics.set_usage(used_tokens=used, capacity=total, gen_throughput=throughput)
+            self.metrics.set_decode_queues(
+                prealloc=c.decode_prealloc[rank], transfer=c.decode_transfer[rank], dp_rank=rank
+            )
+            self.metrics.set_usage(
+                used_tokens=used, capacity=total, gen_throughput=throughput.get(rank, 0.0), dp_rank=rank
+            )
 
     def crash(self, reason: str, who: str = "Scheduler") -> NoReturn:
         """Die like SGLang after a scheduler (or DP controller) exception: it logs it and SIGQUITs the server, which
@@ -421,12 +438,12 @@ class Engine:
             if room.decode is not None and room.status == pd.BOOTSTRAPPING:
                 room.status = pd.WAITING_FOR_INPUT
             room.touch()
-            self.counters.prefill_bootstrap += 1
+            self.counters.prefill_bootstrap[req.dp_rank] += 1
             self._update_gauges()
             try:
                 await self._wait_for_decode(req, room, started)
             finally:
-                self.counters.prefill_bootstrap -= 1
+                self.counters.prefill_bootstrap[req.dp_rank] -= 1
             decode_peer = room.decode
         bootstrap_done = time.monotonic()
         if self.scheduler is not None and not req.is_fake:
@@ -438,12 +455,12 @@ class Engine:
             await asyncio.sleep(len(req.input_ids) / self.options.prefill_tokens_per_second)
         first_id, first_text = textgen.output_token(1)
         if room is not None:
-            self.counters.prefill_inflight += 1
+            self.counters.prefill_inflight[req.dp_rank] += 1
             self._update_gauges()
             try:
                 await self._transfer(req, room, decode_peer, (bootstrap_done - started) * 1000.0, first_id, first_text)
             finally:
-                self.counters.prefill_inflight -= 1
+                self.counters.prefill_inflight[req.dp_rank] -= 1
         # Prefill answers once the KV transfer is done, finish_reason length 0, with the one token it sampled
         # (0.5.2 disaggregation/prefill.py:405 and :510-513; 0.5.23 prefill.py:1226).
         out = self._output(req, [first_id], first_text, {"type": "length", "length": 0}, 0, decode_peer, started)
@@ -479,7 +496,7 @@ class Engine:
                 )
                 room.status, room.failure = pd.FAILED, reason
                 room.touch()
-                self.metrics.increment_bootstrap_failed_reqs()
+                self.metrics.increment_bootstrap_failed_reqs(req.dp_rank)
                 raise Abort(self._prefill_failure("bootstrap", req, reason), 500)
             waiter = room.changed
             try:
@@ -487,7 +504,7 @@ class Engine:
             except TimeoutError:
                 continue
         if room.status == pd.FAILED:
-            self.metrics.increment_bootstrap_failed_reqs()
+            self.metrics.increment_bootstrap_failed_reqs(req.dp_rank)
             raise Abort(self._prefill_failure("bootstrap", req, room.failure or "Aborted by AbortReq."), 500)
 
     async def _transfer(
@@ -517,7 +534,7 @@ class Engine:
             room.status = pd.FAILED
             room.failure = reason
             room.touch()
-            self.metrics.increment_transfer_failed_reqs()
+            self.metrics.increment_transfer_failed_reqs(req.dp_rank)
             raise Abort(self._prefill_failure("transfer", req, reason), 500)
         room.first_token = {"id": first_id, "text": first_text}
         room.status = pd.SUCCESS
@@ -547,12 +564,12 @@ class Engine:
             first_id, first_text = textgen.output_token(1)
             first = {"id": first_id, "text": first_text}
         else:
-            self.counters.decode_prealloc += 1
+            self.counters.decode_prealloc[req.dp_rank] += 1
             self._update_gauges()
             try:
                 info = await self._handshake(req)
             except pd.HandshakeError as exc:
-                self.metrics.increment_bootstrap_failed_reqs()
+                self.metrics.increment_bootstrap_failed_reqs(req.dp_rank)
                 raise Abort(self._decode_failure("handshake", req, exc.reason), 500) from None
             except pd.PrefillMismatch as exc:
                 self._prefill_mismatch(req, str(exc))
@@ -562,16 +579,16 @@ class Engine:
             except pd.ConfigMismatch as exc:
                 self.crash(f"Traceback (most recent call last): ... RuntimeError: {exc}")
             finally:
-                self.counters.decode_prealloc -= 1
-            self.counters.decode_transfer += 1
+                self.counters.decode_prealloc[req.dp_rank] -= 1
+            self.counters.decode_transfer[req.dp_rank] += 1
             self._update_gauges()
             try:
                 room = await self._wait_for_transfer(req, info)
             except pd.HandshakeError as exc:
-                self.metrics.increment_transfer_failed_reqs()
+                self.metrics.increment_transfer_failed_reqs(req.dp_rank)
                 raise Abort(self._decode_failure("transfer", req, exc.reason), 500) from None
             finally:
-                self.counters.decode_transfer -= 1
+                self.counters.decode_transfer[req.dp_rank] -= 1
             if req.ticket is not None and self.scheduler is not None:
                 self.scheduler.kv_arrived(req.ticket)
             peer = room.get("prefill") or {}
@@ -595,7 +612,7 @@ class Engine:
         (managers/scheduler.py:6369-6379)."""
         if self.options.fingerprint_mismatch == "crash":
             self.crash(f"Traceback (most recent call last): ... RuntimeError: {problem}")
-        self.metrics.increment_bootstrap_failed_reqs()
+        self.metrics.increment_bootstrap_failed_reqs(req.dp_rank)
         raise Abort(self._decode_failure("handshake", req, problem), 500)
 
     def _decode_failure(self, stage: str, req: GenRequest, reason: str) -> str:
@@ -964,7 +981,7 @@ class Engine:
                 text_parts.extend(token_texts[position : position + size])
                 position += size
                 self.counters.used_tokens += size
-                self.counters.generated_recent.append((now, size))
+                self.counters.generated_recent.append((now, size, req.dp_rank))
                 done = position >= count
                 if req.stream or done:
                     out = self._output(

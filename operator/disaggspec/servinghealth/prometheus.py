@@ -21,7 +21,9 @@ digits in any group of fewer than 10000 nodes.
 Counters are read with `increase(...[W])` and the accept-length gauge with `avg_over_time(...[W])` (idle time weighs
 as much as busy time there, unlike the scrape source; the gauge only moves under traffic, so its value at idle is the
 last busy interval's). The failure counters are counted by every TP rank of a server (`samples`), so each rank's
-bootstrap plus transfer increase is taken and the largest per pod (`max by (pod)`), not their sum. The per-rank sum
+bootstrap plus transfer increase is taken and the largest per DP group of a pod, summed over the groups (`sum by (pod)
+(max by (pod, dp_rank) (...))`: without DP attention there is one group, no `dp_rank` label), not every rank's sum.
+The per-rank sum
 is `B + T or B or T`: `increase()` drops the metric name, so a rank's two counters have one label set (one selector
 for both names would be refused: "vector cannot contain metrics with the same labelset"), and a rank that has never
 counted one of them does not export it (SGLang's multiprocess client has no series for a child never incremented).
@@ -76,7 +78,10 @@ def queries(namespace: str, service: str, settings: HealthSettings) -> list[Quer
         Query("verify_calls", f"sum by (pod) (increase({s.VERIFY_CALLS}{{{decode}}}{window}))"),
         Query("generation_tokens", f"sum by (pod) (increase({s.GENERATION_TOKENS}{{{decode}}}{window}))"),
         Query("requests", f"sum by (pod) (increase({s.REQUESTS}{{{pools}}}{window}))"),
-        Query("failures", f"max by (pod) ({bootstrap} + {transfer} or {bootstrap} or {transfer})"),
+        Query(
+            "failures",
+            f"sum by (pod) (max by (pod, dp_rank) ({bootstrap} + {transfer} or {bootstrap} or {transfer}))",
+        ),
     ]
 
 

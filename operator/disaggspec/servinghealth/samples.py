@@ -19,9 +19,11 @@ disaggregation/prefill.py:1311 `handle_inflight_transfer_failure`, :1376 `handle
 `_update_handshake_waiters`, :2826 `_record_transfer_failure`): a tp8 server with N failures exports eight series of
 N, and their sum is 8N. Every rank sees the same count, so one rank would do; the maximum is taken rather than
 `tp_rank="0"` because it needs no rank to be present (a multi-node server's worker node holds ranks 8..15) and a
-scrape that lands between two ranks' increments reads the newer count. One attention-TP group spans the whole server
-because the operator refuses --enable-dp-attention, --dp-size and --pp-size (`disaggspec/sglang/flag_policy.py`); with
-attention data parallelism each DP group would count its own requests.
+scrape that lands between two ranks' increments reads the newer count. With DP attention (`parallelism.
+dataParallelAttention`) the poll is all-reduced over each DP group's attention-TP ranks only, so each DP group counts
+its own requests and labels its series `dp_rank` (0.5.2 managers/scheduler_metrics_mixin.py:60-61; 0.5.23
+observability/metrics_collector.py:1391-1392): the server's count is the sum over `dp_rank` of each group's largest
+series (one group, no label, without DP).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def parse(text: str) -> PodSample:
     lines, and a full parse of each scrape cost the operator's CPU (and the GIL) several times more."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    largest: dict[str, float] = {}
+    largest: dict[tuple[str, str], float] = {}
+    """(name, dp_rank label or "") -> the group's largest series, for the `PER_SERVER` counters."""
     samples = 0
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -92,7 +95,9 @@ def parse(text: str) -> PodSample:
         value = float(fields[0])
         sums[name] += value
         counts[name] += 1
-        largest[name] = max(value, largest.get(name, value))
+        if name in PER_SERVER:
+            group = _dp_rank(line[end:]) if end == brace else ""
+            largest[(name, group)] = max(value, largest.get((name, group), value))
     if not samples:
         raise ValueError("no sample in the text: not a Prometheus exposition")
 
@@ -102,12 +107,25 @@ def parse(text: str) -> PodSample:
     def mean(name: str) -> float | None:
         return sums[name] / counts[name] if counts[name] else None
 
+    def per_server(name: str) -> float | None:
+        groups = [value for (found, _), value in largest.items() if found == name]
+        return sum(groups) if groups else None
+
     return PodSample(
         accept_length=mean(ACCEPT_LENGTH),
         accept_rate=mean(ACCEPT_RATE),
         verify_calls=total(VERIFY_CALLS),
         generation_tokens=total(GENERATION_TOKENS),
         requests=total(REQUESTS),
-        bootstrap_failed=largest.get(BOOTSTRAP_FAILED),
-        transfer_failed=largest.get(TRANSFER_FAILED),
+        bootstrap_failed=per_server(BOOTSTRAP_FAILED),
+        transfer_failed=per_server(TRANSFER_FAILED),
     )
+
+
+def _dp_rank(labels: str) -> str:
+    """The `dp_rank` label's value in a sample's `{...}` text, "" when it has none."""
+    at = labels.find('dp_rank="')
+    if at < 0:
+        return ""
+    start = at + len('dp_rank="')
+    return labels[start : labels.find('"', start)]

@@ -15,7 +15,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -267,12 +267,17 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 REV = "0a1b2c3d"
 
 
-def _rank_series(name: str, pod: str, ranks: range, values: str) -> list[dict[str, str]]:
-    """One series per TP rank, as every rank of an SGLang server exports the failure counters."""
+def _rank_series(name: str, pod: str, ranks: range, values: str, dp_rank: int | None = None) -> list[dict[str, str]]:
+    """One series per TP rank, as every rank of an SGLang server exports the failure counters (with DP attention,
+    labelled with the rank's DP group)."""
+    dp = "" if dp_rank is None else f',dp_rank="{dp_rank}"'
     return [
-        {"series": f'{name}{{namespace="team-a",pod="{pod}",tp_rank="{rank}",pp_rank="0"}}', "values": values}
+        {"series": f'{name}{{namespace="team-a",pod="{pod}",tp_rank="{rank}",pp_rank="0"{dp}}}', "values": values}
         for rank in ranks
     ]
+
+
+DP_DECODE: Final = f"llama-decode-{REV}-7f6d5c4b3-dpdp4"
 
 
 FAILURE_SERIES = [
@@ -286,11 +291,25 @@ FAILURE_SERIES = [
     # (three a minute, transfer only: a rank never counting a bootstrap failure exports no such series).
     *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-decode-{REV}-0", range(8), "0+3x15"),
     *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-decode-{REV}-0-1", range(8, 16), "0+3x15"),
+    # A tp8 decode with DP attention 4: each DP group (two TP ranks) counts its own requests' failures, labelled
+    # dp_rank; group g fails g + 1 a minute, 10 in all.
+    *(
+        series
+        for group in range(4)
+        for series in _rank_series(
+            "sglang:num_transfer_failed_reqs_total",
+            DP_DECODE,
+            range(2 * group, 2 * group + 2),
+            f"0+{group + 1}x15",
+            group,
+        )
+    ),
     # Another service whose name starts the same: never counted.
     *_rank_series("sglang:num_transfer_failed_reqs_total", f"llama-two-decode-{REV}-5d8f-x2x7q", range(8), "0+9x15"),
 ]
 """Per minute, the service's failed requests: prefill 1 transfer, decode 1 transfer + 2 bootstrap, the multi-node
-decode 3 transfer; the sum of every rank's series would be 8x (16x on the multi-node group, worker included)."""
+decode 3 transfer, the DP decode 10 transfer; the sum of every rank's series would be 8x (16x on the multi-node group,
+worker included), and the largest rank of the DP decode only its busiest group's 4."""
 
 
 def _promtool_expr_tests(tmp_path: Path, cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
@@ -310,7 +329,7 @@ def test_dashboard_failure_panels_count_each_failure_once_per_server(tmp_path: P
     failures per second of the service, not per rank."""
     (panel,) = [p for p in dashboard()["panels"] if p.get("title") == "Bootstrap and transfer failures"]
     exprs = {t["legendFormat"]: expand_variables(t["expr"]) for t in panel["targets"]}
-    per_second = {"bootstrap failures": 2 / 60, "transfer failures": 5 / 60}
+    per_second = {"bootstrap failures": 2 / 60, "transfer failures": 15 / 60}
     cases = [
         {"expr": exprs[legend], "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": value}]}
         for legend, value in per_second.items()
@@ -328,6 +347,7 @@ def test_the_operator_s_prometheus_failure_query_counts_each_failure_once_per_se
         (f"llama-prefill-{REV}-5d8f7c9b4-x2x7q", 5),
         (f"llama-decode-{REV}-5984766-42957", 15),
         (f"llama-decode-{REV}-0", 15),
+        (DP_DECODE, 50),
     ]
     samples_ = [{"labels": f'{{pod="{pod}"}}', "value": value} for pod, value in expected]
     result = _promtool_expr_tests(tmp_path, [{"expr": failures, "eval_time": "10m", "exp_samples": samples_}])

@@ -87,6 +87,17 @@ def test_failure_counters_are_read_per_server_not_per_rank() -> None:
     assert parse(_ranks(samples.REQUESTS, [1.0])).transfer_failed is None
 
 
+def test_with_dp_attention_each_dp_group_counts_its_own_failures() -> None:
+    """tp 4 with DP attention 2: ranks 0-1 (dp_rank 0) counted 3 failures, ranks 2-3 (dp_rank 1) counted 2: the
+    server failed 5 requests, not the largest group's 3 nor every rank's 10."""
+    counted = {0: 3.0, 1: 3.0, 2: 2.0, 3: 2.0}
+    text = "".join(
+        f'{samples.TRANSFER_FAILED}{{model_name="m",tp_rank="{rank}",dp_rank="{rank // 2}"}} {value}\n'
+        for rank, value in counted.items()
+    )
+    assert parse(text).transfer_failed == 5
+
+
 def test_every_name_read_is_a_metric_of_the_release_and_the_recordings_name_only_real_ones() -> None:
     """The names in `samples` against the emulator's facts (tied to the wheels by the emulator's honesty test): a
     rename in a new release fails here rather than leaving a condition Unknown forever."""
@@ -221,14 +232,16 @@ def test_queries_select_one_service_s_pods_by_namespace_and_name() -> None:
         'pod=~"llama-(decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)",'
         'pod!~"llama-(decode)-[0-9a-f]{8}-[0-9]+-[0-9]{1,4}"}[60s]))'
     )
-    # Per server (issue 29): each rank's bootstrap + transfer increase, the largest rank per pod; no worker pod.
+    # Per server (issue 29): each rank's bootstrap + transfer increase, the largest rank per DP group of a pod, summed
+    # over the groups; no worker pod.
     pools = (
         'namespace="team-a",pod=~"llama-(prefill|decode)-[0-9a-f]{8}(-[a-z0-9]+-[a-z0-9]+|-[0-9]+)",'
         'pod!~"llama-(prefill|decode)-[0-9a-f]{8}-[0-9]+-[0-9]{1,4}"'
     )
     bootstrap = f"increase(sglang:num_bootstrap_failed_reqs_total{{{pools}}}[60s])"
     transfer = f"increase(sglang:num_transfer_failed_reqs_total{{{pools}}}[60s])"
-    assert queries["failures"] == f"max by (pod) ({bootstrap} + {transfer} or {bootstrap} or {transfer})"
+    per_group = f"max by (pod, dp_rank) ({bootstrap} + {transfer} or {bootstrap} or {transfer})"
+    assert queries["failures"] == f"sum by (pod) ({per_group})"
     assert set(queries) == set(prometheus.SIGNALS)
 
 

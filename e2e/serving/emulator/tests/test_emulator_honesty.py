@@ -322,6 +322,45 @@ def test_the_emulator_exports_the_failure_counters_per_rank() -> None:
         assert facts.EVERY_RANK.issubset(metric.exposed for metric in facts.facts_for(version).metrics)
 
 
+DP_LABEL_CITED = [
+    ("0.5.2", "sglang/srt/managers/scheduler_metrics_mixin.py:60", 'labels["dp_rank"] = dp_rank'),
+    ("0.5.23", "sglang/srt/observability/metrics_collector.py:1391", 'labels["dp_rank"] = parallel.dp_rank'),
+    ("0.5.2", "sglang/srt/managers/scheduler.py:2483", "return self.attn_tp_rank == 0"),
+]
+
+
+@pytest.mark.parametrize(("version", "citation", "needle"), DP_LABEL_CITED)
+def test_dp_schedulers_label_their_series_where_the_metrics_module_says(
+    version: str, citation: str, needle: str
+) -> None:
+    window = _line(version, citation)
+    assert needle in window, f"{version} {citation}:\n{window}"
+
+
+def _label(labels: str, name: str) -> str:
+    found = re.search(rf'{name}="([^"]*)"', labels)
+    assert found is not None, (name, labels)
+    return found[1]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_dp_server_exports_gauges_per_dp_rank_and_counts_failures_per_dp_group(version: str) -> None:
+    """tp 8, DP attention 4: the gauges of each DP group's attention-TP rank 0 (tp_rank 0, 2, 4, 6) with its
+    dp_rank; a failed request of DP group 1 counted by its two TP ranks only."""
+    metrics = Metrics(facts.facts_for(version), "m", "decode", tp_ranks=range(8), dp_size=4, attn_tp_size=2)
+    metrics.set_queues(running=3, queued=1, prefill_bootstrap=0, prefill_inflight=0, dp_rank=2)
+    metrics.increment_transfer_failed_reqs(1)
+    text = metrics.exposition().decode()
+    running = re.findall(r"^sglang:num_running_reqs\{(.*)\} (\S+)$", text, flags=re.M)
+    ranks = sorted((_label(labels, "tp_rank"), _label(labels, "dp_rank"), value) for labels, value in running)
+    assert ranks == [("0", "0", "0.0"), ("2", "1", "0.0"), ("4", "2", "3.0"), ("6", "3", "0.0")]
+    failed = re.findall(r"^sglang:num_transfer_failed_reqs_total\{(.*)\} 1\.0$", text, flags=re.M)
+    assert sorted(_label(labels, "tp_rank") for labels in failed) == ["2", "3"]
+    assert all('dp_rank="1"' in labels for labels in failed)
+    single = Metrics(facts.facts_for(version), "m", "decode").exposition().decode()
+    assert "dp_rank" not in single  # without data parallelism SGLang passes dp_rank None: no such label
+
+
 # DP attention (dp.py): every rule the emulator follows is where DP_FACTS cites it, and the messages it prints for a
 # refused layout are SGLang's.
 @pytest.mark.parametrize("fact", dp.DP_FACTS, ids=lambda f: f"{f.version}:{f.source}")
