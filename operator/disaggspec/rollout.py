@@ -91,8 +91,13 @@ class LiveRevision:
 
     @property
     def serving(self) -> bool:
-        """Its router is ready, so the router Service sends it requests (a router is ready only with a pair)."""
-        return self.count(c.ROLE_ROUTER).ready > 0
+        """Its router is ready, so the router Service sends it requests (a router is ready only with a pair).
+
+        Ready router pods count only up to spec.replicas (`Count.staying`), as the pools' do: a router just scaled to
+        zero (retiring, or scaled back up on a rollback with new pods not ready yet) may still report its old pods
+        ready, but they are leaving the Service, and counting them would let the other revisions shrink below
+        replicas - maxUnavailable."""
+        return self.count(c.ROLE_ROUTER).staying > 0
 
 
 def observe(service_name: str, live: Iterable[Mapping[str, Any]]) -> dict[str, LiveRevision]:

@@ -126,6 +126,20 @@ def test_a_scale_down_the_status_has_not_caught_up_with_is_not_repeated() -> Non
     assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
 
 
+def test_a_router_scaled_to_zero_does_not_serve_whatever_its_status_says() -> None:
+    """Rolled back onto a revision whose router was just scaled to 0: its status still reports the leaving router
+    pod ready. It does not serve (its router's ready pods count only up to spec.replicas), so the revision that does
+    serve keeps every pod the floor needs (maxUnavailable 0: all of them)."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    back = _rev(fp, (2, 2), (2, 2), spec=service)
+    back = LiveRevision(fp, {**back.counts, "router": Count(replicas=0, pods=1, ready=1)}, back.spec, back.created)
+    assert not back.serving
+    other = _rev(OLD, (2, 2), (2, 2), spec=service)
+    plan = _plan(service, back, other)
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+
+
 def test_a_serving_old_revision_keeps_a_pair_until_both_pools_go() -> None:
     """The new revision has both its prefills ready but one decode: the old one may lose a decode and both
     prefills by capacity, but it would be left serving with no prefill, so it keeps one."""
