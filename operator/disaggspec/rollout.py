@@ -310,9 +310,11 @@ def _shrink(
         kept = targets[old.fingerprint]
         if old.serving and any(kept[role] == 0 for role in c.POOLS) and any(kept[role] for role in c.POOLS):
             # A serving revision keeps a whole pair until both pools go: its router stays in the Service until its
-            # readiness probe fails, and would meanwhile fail every request for want of the missing role.
+            # readiness probe fails, and would meanwhile fail every request for want of the missing role. Its ready
+            # router shows a ready pod of each pool, whatever the pool's own status says (it may lag the router's),
+            # so one pod of each pool it has stays.
             for role in c.POOLS:
-                kept[role] = max(kept[role], min(1, old.count(role).staying))
+                kept[role] = max(kept[role], min(1, old.count(role).replicas))
     return targets
 
 

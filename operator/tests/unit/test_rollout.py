@@ -149,6 +149,16 @@ def test_a_serving_old_revision_keeps_a_pair_until_both_pools_go() -> None:
     assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
 
 
+def test_a_serving_revision_keeps_its_pair_when_a_pool_status_lags_its_router() -> None:
+    """The old revision's router is ready, so one of its prefills is, although the prefill Deployment's status still
+    reports none: that pod is its pair and stays (not taken for an unready pod that goes at once) while its decodes
+    shrink."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (2, 2), (1, 1)), _rev(OLD, (1, 0), (2, 2), spec=service))
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
+
+
 def test_lockstep_keeps_one_pool_from_running_ahead() -> None:
     service = _service(4, 4, maxSurge=4, maxSkew=0.25)
     fp = fingerprint(service)
