@@ -268,7 +268,7 @@ def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequen
     """The current revision's pool replicas this pass: towards the desired, within maxSurge and maxSkew."""
     rollout = service.spec.rollout
     desired = desired_replicas(service)
-    ready = {role: current.count(role).ready if current else 0 for role in c.POOLS}
+    ready: dict[str, int] = {role: current.count(role).ready if current else 0 for role in c.POOLS}
     asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
     progress: dict[str, float] = {role: (ready[role] / desired[role]) if desired[role] else 1.0 for role in c.POOLS}
     grown: dict[str, int] = {}
@@ -278,6 +278,10 @@ def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequen
         surge_cap = desired[role] + rollout.max_surge - old_pods
         # A small epsilon keeps an exact product (0.5 x 4 = 2) from rounding up to 3.
         skew_cap = max(1, math.ceil(desired[role] * (progress[other] + rollout.max_skew) - 1e-9))
+        if ready[role] * desired[other] <= ready[other] * desired[role]:
+            # A pool not ahead of the other (by ready fraction) may always ask for one pod beyond its ready ones:
+            # with maxSkew 0 two level pools would otherwise each be capped at what the other has, and neither grow.
+            skew_cap = max(skew_cap, ready[role] + 1)
         target = min(desired[role], surge_cap, skew_cap)
         grown[role] = max(0, min(desired[role], max(target, asked[role])))
     return grown

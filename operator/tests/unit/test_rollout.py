@@ -170,6 +170,17 @@ def test_lockstep_keeps_one_pool_from_running_ahead() -> None:
     assert _replicas(start)[fp] == {"prefill": 1, "decode": 1, "router": 1}
 
 
+def test_max_skew_zero_grows_the_pools_in_step() -> None:
+    """maxSkew 0: level pools each ask for one more pod (each capped at the other's fraction alone, neither would
+    grow); a pool ahead waits while the one behind catches up by one pod."""
+    service = _service(4, 4, maxSurge=4, maxSkew=0)
+    fp = fingerprint(service)
+    old = _rev(OLD, (4, 4), (4, 4), spec=service)
+    assert _replicas(_plan(service, _rev(fp, (1, 1), (1, 1)), old))[fp] == {"prefill": 2, "decode": 2, "router": 1}
+    ahead = _plan(service, _rev(fp, (2, 2), (2, 1)), old)
+    assert _replicas(ahead)[fp] == {"prefill": 2, "decode": 2, "router": 1}
+
+
 def test_without_surge_an_old_pod_goes_first_when_unavailability_is_allowed() -> None:
     service = _service(1, 1, maxSurge=0, maxUnavailable=1)
     fp = fingerprint(service)

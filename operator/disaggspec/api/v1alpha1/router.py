@@ -106,7 +106,9 @@ class RolloutSpec(SpecModel):
         le=1,
         description="Lockstep of the new revision's two pools: neither may run ahead of the other by more than this "
         "fraction of its replicas (ready new prefill / prefill replicas against ready new decode / decode "
-        "replicas), so the new revision grows as matched pairs. Each pool may always have one pod.",
+        "replicas), so the new revision grows as matched pairs. Each pool may always have one pod, and a pool not "
+        "ahead of the other may always ask for one pod beyond its ready ones: with 0 the pools grow in step, the one "
+        "behind (both, when level) one pod at a time.",
     )
     progress_deadline_seconds: int | None = Field(
         default=None,
