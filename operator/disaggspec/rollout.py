@@ -19,8 +19,9 @@ takes traffic exactly when it can serve it.
 - an old revision whose pools are to reach zero loses its router first, and its pools only once its router pods
   are gone, so nothing routes to a pool pod that is being removed (the pool pods' own preStop pause and drain cover
   the requests in flight);
-- a current revision that goes `progressDeadlineSeconds` without another pod becoming ready holds: it grows no
-  further, the old revisions keep serving, and the plan says why (Progressing=False, RolloutHeld).
+- a current revision that waits `progressDeadlineSeconds` for pods it asked for without another becoming ready
+  holds: it grows no further, the old revisions keep serving, and the plan says why (Progressing=False,
+  RolloutHeld). Only waiting counts: a pass that finds nothing pending starts the count again.
 A revision whose stored spec cannot be read (made by an older operator, or edited by hand) is left as it is, and
 removed whole once the current revision has every replica ready.
 """
@@ -333,13 +334,30 @@ def _router_gone(router: Count, retiring_since: str, now: str, gone_after: float
     return (parse_time(now) - parse_time(retiring_since)).total_seconds() >= gone_after
 
 
+def _pending(current: LiveRevision | None) -> bool:
+    """The current revision waits for pods it asked for: a pool pod not ready yet, or a router pod not ready although
+    the revision has a ready prefill and a ready decode (without them the router waits for the pools, not for
+    itself)."""
+    if current is None:
+        return False
+    if any(current.count(role).ready < current.count(role).replicas for role in c.POOLS):
+        return True
+    router = current.count(c.ROLE_ROUTER)
+    return all(current.count(role).ready > 0 for role in c.POOLS) and router.ready < router.replicas
+
+
 def _last_progress(
     fingerprint: str, current: LiveRevision | None, previous: Mapping[str, RevisionStatus], now: str
 ) -> str:
-    """When the current revision last gained a ready pod (or was created)."""
+    """When the current revision last gained a ready pod (or was created), or now when it waits for none: the
+    progress deadline measures how long the rollout waits for pods it asked for. A pass that finds every asked pod
+    ready has nothing to wait for, however long since the last one (a late pass, the operator down): counting that
+    time would hold a revision that has nothing pending, and a hold is released only by a pod becoming ready."""
+    if current is None or not _pending(current):
+        return now
     before = previous.get(fingerprint)
-    if before is None or current is None:
-        return current.created if current is not None and current.created else now
+    if before is None:
+        return current.created or now
     for role in c.ROLES:
         if current.count(role).ready > getattr(before, role).ready_replicas:
             return now

@@ -304,6 +304,25 @@ def test_the_rollout_holds_after_the_deadline_without_progress() -> None:
     assert waiting.held is None and waiting.wake_after == pytest.approx(31, abs=1)
 
 
+def test_a_late_pass_with_nothing_pending_does_not_hold() -> None:
+    """Every pod the new revision asked for is ready, and the pass comes long after the last became ready (the
+    operator was down): nothing was pending, so nothing holds; the clock starts again and the revision grows."""
+    service = _service(2, 2, progressDeadlineSeconds=60)
+    fp = fingerprint(service)
+    previous = [
+        {
+            "fingerprint": fp,
+            "prefill": {"readyReplicas": 1},
+            "decode": {"readyReplicas": 1},
+            "router": {"readyReplicas": 1},
+            "lastProgressTime": "2026-12-04T11:00:00Z",
+        }
+    ]
+    plan = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (1, 1), (1, 1), spec=service), previous=previous)
+    assert plan.held is None and plan.status[0].last_progress_time == NOW
+    assert _replicas(plan)[fp] == {"prefill": 2, "decode": 2, "router": 1}
+
+
 def test_a_pod_becoming_ready_is_progress() -> None:
     service = _service(2, 2, progressDeadlineSeconds=60)
     fp = fingerprint(service)

@@ -31,11 +31,11 @@ And a rollout whose pods never become ready holds (RolloutHeld: `Plan.held`, tra
 deadline has passed, keeps the old revision at the floor, and stops changing anything.
 
 The drawn sequences pass every few seconds (passes follow watch events) with maxSkew > 0. The planner bugs the
-sequences found are `BUGS`: the drawn seeds one fails are marked xfail (`KNOWN`), and the bugs outside the drawn
-families (a lagging status with a spec change, maxSkew 0, a pass that comes a whole deadline late) run at the
-smallest seed of their family (`BUG_CASES`); each xfail is strict and expects exactly the property its bug breaks
-(`KnownBug`). The checker itself is tested on hand-made violating states, and the simulation on planners broken on
-purpose (`BROKEN`): every property can fail.
+sequences found outside the drawn families (a lagging status with a spec change, maxSkew 0, a pass that comes a
+whole deadline late) run, fixed, at the smallest seed of their family (`REGRESSIONS`). The planner bugs the sequences
+found and that are not fixed yet are `BUGS`: the drawn seeds one fails are marked xfail (`KNOWN`); each xfail is
+strict and expects exactly the property its bug breaks (`KnownBug`). The checker itself is tested on hand-made
+violating states, and the simulation on planners broken on purpose (`BROKEN`): every property can fail.
 """
 
 from __future__ import annotations
@@ -626,13 +626,6 @@ BUGS: Final = {
         "further; after progressDeadlineSeconds it is reported as RolloutHeld although nothing is pending. "
         "E.g. one old revision, prefill 1, decode 5, maxSurge 0, maxUnavailable 1 (seed 140)",
     ),
-    "hold-with-nothing-pending": Bug(
-        "termination",
-        "rollout.py bug: a hold never releases when it starts with every pod the current revision asked for "
-        "already ready: held caps the revision at what it asked, so no pod can become ready, which is the only "
-        "release. One pass coming progressDeadlineSeconds after the previous one (the operator down, or a slow "
-        "queue) between the last pod becoming ready and the pass that grows the revision is enough",
-    ),
 }
 
 KNOWN: Final = {6: "pair-pin-starves", 140: "pair-pin-starves", 144: "pair-pin-starves", 165: "pair-pin-starves"}
@@ -705,16 +698,20 @@ def never_ready(seed: int) -> Scenario:
 
 
 def hold_sequence(sc: Scenario, planner: Planner = _plan_pass) -> None:
-    """No new pod ever becomes ready: up to the deadline nothing holds; from then on every pass holds (RolloutHeld:
+    """No new pod ever becomes ready: up to the deadline (counted from the pass that first asks for a pool pod of the
+    new revision: the wait for pods starts there) nothing holds; from then on every pass holds (RolloutHeld:
     `Plan.held`, which status turns into Progressing=False, and traffic Failed), the new revision asks for no more
     pods, the old one keeps serving at the floor (a pool whose floor is 0 keeps one pod for the pair), and nothing
     changes any more; the properties hold on every pass as well."""
     sim = Simulation(sc, planner)
-    start = sim.cluster.seconds
+    start: float | None = None
     held: dict[str, int] | None = None
     for _ in range(math.ceil(sc.deadline / sc.seconds) + 10):
-        waited = sim.cluster.seconds - start
+        now = sim.cluster.seconds
+        waited = 0.0 if start is None else now - start
         plan = sim.run_pass(readiness=False)
+        if start is None and any(plan.current.replicas[role] for role in POOLS):
+            start = now
         label = f"{sim.label()} (waited {waited:.0f}s of {sc.deadline}s)"
         if waited < sc.deadline:
             assert plan.held is None, f"{label}: held before the progress deadline"
@@ -913,26 +910,6 @@ def test_the_hold_sequence_catches_a_planner_that_never_holds() -> None:
 
 # ---- known planner bugs, each at its smallest seed ----------------------------------------------------------------
 
-BUG_CASES: Final[dict[str, tuple[int, dict[str, Any]]]] = {
-    # The pass after pass 5 comes progressDeadlineSeconds late.
-    "hold-with-nothing-pending": (2, {"outage_after": 5, "change": None}),
-}
-
-
-@pytest.mark.parametrize(
-    "bug",
-    [
-        pytest.param(bug, marks=pytest.mark.xfail(raises=KnownBug, strict=True, reason=BUGS[bug].reason))
-        for bug in BUG_CASES
-    ],
-)
-def test_a_known_planner_bug(bug: str) -> None:
-    """Sequences outside the drawn ones (a known bug's family: the overrides) that the planner fails; each at the
-    smallest seed of its family that shows it."""
-    seed, overrides = BUG_CASES[bug]
-    expect(bug, lambda: roll_out(dataclasses.replace(Scenario.draw(seed), **overrides)))
-
-
 # ---- regressions: sequences outside the drawn families -------------------------------------------------------------
 
 REGRESSIONS: Final[dict[str, tuple[int, dict[str, Any]]]] = {
@@ -947,6 +924,9 @@ REGRESSIONS: Final[dict[str, tuple[int, dict[str, Any]]]] = {
     "a pool status lagging its router's": (335, {"change": "third", "status_lag": 0.3}),
     # maxSkew 0 (the drawn values are all above 0): level pools must still grow, in step.
     "maxSkew 0": (4, {"max_skew": 0.0, "change": None}),
+    # The pass after pass 5 comes progressDeadlineSeconds late, every pod the new revision asked for ready: nothing
+    # was pending, so nothing holds (a hold would cap the revision at what it asked, and never be released).
+    "a pass a whole deadline late": (2, {"outage_after": 5, "change": None}),
 }
 """Sequences that once failed (the planner bugs the sequences found, now fixed), each at the smallest seed of its
 family (the overrides) that showed it."""

@@ -114,8 +114,9 @@ class RolloutSpec(SpecModel):
         default=None,
         ge=30,
         le=86400,
-        description="How long the new revision may go without another pod becoming ready before the rollout holds: "
-        "Progressing=False with reason RolloutHeld and a RolloutHeld Event, the old revision keeps serving, nothing "
-        "more is scaled until a pod becomes ready or the spec changes. Unset: the larger pool's start-up budget plus "
-        "its drain budget and 600 s (spec.<pool>.lifecycle), as for the Deployments.",
+        description="How long the new revision may wait for pods it asked for without another one becoming ready "
+        "before the rollout holds: Progressing=False with reason RolloutHeld and a RolloutHeld Event, the old revision "
+        "keeps serving, nothing more is scaled until a pod becomes ready or the spec changes. Only waiting counts: a "
+        "pass that finds every pod it asked for ready starts the count again. Unset: the larger pool's start-up budget "
+        "plus its drain budget and 600 s (spec.<pool>.lifecycle), as for the Deployments.",
     )

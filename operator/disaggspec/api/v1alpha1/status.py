@@ -79,7 +79,8 @@ class RevisionStatus(StatusModel):
     router: RevisionPoolStatus = Field(default_factory=RevisionPoolStatus, description="Its router.")
     last_progress_time: str | None = Field(
         default=None,
-        description="When another of its pods last became ready (RFC 3339); the rollout deadline counts from it.",
+        description="When another of its pods last became ready, or last had none pending (RFC 3339); the rollout "
+        "deadline counts from it.",
         json_schema_extra={"format": "date-time"},
     )
     retiring_since: str | None = Field(
