@@ -114,9 +114,11 @@ PROGRESSING_ROLLOUT_HELD: Final = ConditionReason(
     c.CONDITION_PROGRESSING,
     "False",
     "RolloutHeld",
-    "The new revision went spec.rollout.progressDeadlineSeconds without another pod becoming ready: it grows no "
-    "further and the older revision keeps serving. The message says what is ready and what to do: check the new "
-    "pods, free GPUs for a surge pod (or allow maxUnavailable 1), fix the spec, or apply the previous spec.",
+    "The new revision waited spec.rollout.progressDeadlineSeconds for pods it asked for without another becoming "
+    "ready, or (at once) spec.rollout allows it no further step: no pod of it can start within maxSurge and no older "
+    "pod can go within maxUnavailable. It grows no further and the older revision keeps serving. The message says "
+    "what is ready and what to do: check the new pods, free GPUs for a surge pod (or allow maxUnavailable 1), allow "
+    "a larger maxSurge or maxUnavailable, fix the spec, or apply the previous spec.",
 )
 PROGRESSING_INVALID_SPEC: Final = ConditionReason(
     c.CONDITION_PROGRESSING, "False", "InvalidSpec", "Nothing rolls out while the spec is rejected."

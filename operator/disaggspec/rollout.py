@@ -14,14 +14,18 @@ takes traffic exactly when it can serve it.
   `spec.rollout.maxSurge` (pods of a pool beyond its replicas, counting the old revisions' pods) and by
   `spec.rollout.maxSkew` (neither of its pools ahead of the other by more than that fraction of ready pods);
 - the older revisions shrink only as far as the ready pods of serving revisions stay at or above
-  `replicas - maxUnavailable` per pool; pods of an old revision that are not ready, or of one that does not serve,
-  go at once, since they carry no traffic;
+  `replicas - maxUnavailable` per pool (a serving revision the budget can take whole first, then the others down to
+  their pair, oldest first); pods of an old revision that are not ready, or of one that does not serve, go at once,
+  since they carry no traffic;
 - an old revision whose pools are to reach zero loses its router first, and its pools only once its router pods
   are gone, so nothing routes to a pool pod that is being removed (the pool pods' own preStop pause and drain cover
   the requests in flight);
 - a current revision that waits `progressDeadlineSeconds` for pods it asked for without another becoming ready
   holds: it grows no further, the old revisions keep serving, and the plan says why (Progressing=False,
-  RolloutHeld). Only waiting counts: a pass that finds nothing pending starts the count again.
+  RolloutHeld). Only waiting counts: a pass that finds nothing pending starts the count again;
+- a current revision with nothing pending that the budgets allow no further step (no pod of it can start within
+  maxSurge, no older pod can go within maxUnavailable and the pairs, every Deployment as asked: every later pass
+  would plan the same) holds at once, and the plan says which budgets block it.
 A revision whose stored spec cannot be read (made by an older operator, or edited by hand) is left as it is, and
 removed whole once the current revision has every replica ready.
 """
@@ -218,6 +222,8 @@ class Plan:
     """Revision names of the older revisions still present (the rollout is not finished while any is)."""
     wake_after: float | None = None
     """Seconds after which the pass must run again although nothing changes (the progress deadline)."""
+    blocked: bool = False
+    """The hold is the budgets': nothing is pending and spec.rollout allows no further step (`held` says which)."""
 
     @property
     def current(self) -> Revision:
@@ -265,6 +271,15 @@ def desired_replicas(service: DisaggSpecService) -> dict[str, int]:
     }
 
 
+def _surge_caps(service: DisaggSpecService, olds: Sequence[LiveRevision]) -> dict[str, int]:
+    """Per pool, the pods the current revision may have beside the older revisions' (ready or not: they hold GPUs)."""
+    desired = desired_replicas(service)
+    return {
+        role: desired[role] + service.spec.rollout.max_surge - sum(old.count(role).held for old in olds)
+        for role in c.POOLS
+    }
+
+
 def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequence[LiveRevision]) -> dict[str, int]:
     """The current revision's pool replicas this pass: towards the desired, within maxSurge and maxSkew."""
     rollout = service.spec.rollout
@@ -272,54 +287,76 @@ def _grow(service: DisaggSpecService, current: LiveRevision | None, olds: Sequen
     ready: dict[str, int] = {role: current.count(role).ready if current else 0 for role in c.POOLS}
     asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
     progress: dict[str, float] = {role: (ready[role] / desired[role]) if desired[role] else 1.0 for role in c.POOLS}
+    surge_cap = _surge_caps(service, olds)
     grown: dict[str, int] = {}
     for role in c.POOLS:
         other = c.ROLE_DECODE if role == c.ROLE_PREFILL else c.ROLE_PREFILL
-        old_pods = sum(old.count(role).held for old in olds)
-        surge_cap = desired[role] + rollout.max_surge - old_pods
         # A small epsilon keeps an exact product (0.5 x 4 = 2) from rounding up to 3.
         skew_cap = max(1, math.ceil(desired[role] * (progress[other] + rollout.max_skew) - 1e-9))
         if ready[role] * desired[other] <= ready[other] * desired[role]:
             # A pool not ahead of the other (by ready fraction) may always ask for one pod beyond its ready ones:
             # with maxSkew 0 two level pools would otherwise each be capped at what the other has, and neither grow.
             skew_cap = max(skew_cap, ready[role] + 1)
-        target = min(desired[role], surge_cap, skew_cap)
+        if ready[other] < desired[other] and ready[other] >= surge_cap[other]:
+            # The other pool has every pod maxSurge leaves it, all ready: it grows only once the older revisions
+            # shrink, which they do only as this pool's ready pods replace theirs. Holding this pool to the other's
+            # fraction would stop both for good (the pods an older revision keeps for its pair, say, fill the other
+            # pool's surge).
+            skew_cap = desired[role]
+        target = min(desired[role], surge_cap[role], skew_cap)
         grown[role] = max(0, min(desired[role], max(target, asked[role])))
     return grown
 
 
 def _shrink(
-    service: DisaggSpecService, current: LiveRevision | None, olds: Sequence[LiveRevision]
+    service: DisaggSpecService,
+    current: LiveRevision | None,
+    olds: Sequence[LiveRevision],
+    scalable: Sequence[LiveRevision],
 ) -> dict[str, dict[str, int]]:
-    """Each old revision's pool replicas this pass: down as far as the serving capacity allows."""
+    """The pool replicas this pass of each old revision of `scalable` (those with a readable spec; the others stay as
+    they are): down as far as the serving capacity allows.
+
+    The budget per pool is the ready pods of serving revisions (`olds`, all of them) above replicas - maxUnavailable.
+    An old revision that does not serve keeps nothing (it carries no traffic). A serving one the budget can take
+    whole (every ready pod of both pools) goes, oldest first: only that frees the pods it keeps for its pair. The
+    others keep a pair, and lose ready pods beyond it as the budget left allows, oldest first (the revision furthest
+    from the current spec first); their unready pods go at once. A pod that stays (kept for a pair, or of a revision
+    without a readable spec) costs no budget."""
     rollout = service.spec.rollout
     desired = desired_replicas(service)
-    serving_new = current is not None and current.serving
-    targets: dict[str, dict[str, int]] = {}
-    for role in c.POOLS:
-        ready_new = current.count(role).staying if current is not None and serving_new else 0
-        ready_old = sum(old.count(role).staying for old in olds if old.serving)
-        budget = max(0, ready_new + ready_old - (desired[role] - rollout.max_unavailable))
-        # Oldest first: the revision furthest from the current spec goes first.
-        for old in olds:
+    serving = [old for old in olds if old.serving]
+    new_ready = {
+        role: current.count(role).staying if current is not None and current.serving else 0 for role in c.POOLS
+    }
+    budget = {
+        role: max(
+            0,
+            new_ready[role]
+            + sum(old.count(role).staying for old in serving)
+            - (desired[role] - rollout.max_unavailable),
+        )
+        for role in c.POOLS
+    }
+    targets: dict[str, dict[str, int]] = {old.fingerprint: {role: 0 for role in c.POOLS} for old in scalable}
+    thinned: list[LiveRevision] = []
+    for old in (old for old in serving if old.fingerprint in targets):
+        if all(old.count(role).staying <= budget[role] for role in c.POOLS):
+            for role in c.POOLS:
+                budget[role] -= old.count(role).staying
+        else:
+            thinned.append(old)
+    for old in thinned:
+        for role in c.POOLS:
             count = old.count(role)
-            if not old.serving:
-                keep = 0  # carries no traffic
-            else:
-                keep = count.staying  # its unready pods serve nothing: they go at once
-                removed = min(keep, budget)
-                keep -= removed
-                budget -= removed
-            targets.setdefault(old.fingerprint, {})[role] = keep
-    for old in olds:
-        kept = targets[old.fingerprint]
-        if old.serving and any(kept[role] == 0 for role in c.POOLS) and any(kept[role] for role in c.POOLS):
             # A serving revision keeps a whole pair until both pools go: its router stays in the Service until its
             # readiness probe fails, and would meanwhile fail every request for want of the missing role. Its ready
             # router shows a ready pod of each pool, whatever the pool's own status says (it may lag the router's),
             # so one pod of each pool it has stays.
-            for role in c.POOLS:
-                kept[role] = max(kept[role], min(1, old.count(role).replicas))
+            pair = min(1, count.replicas)
+            removed = min(budget[role], max(0, count.staying - pair))
+            budget[role] -= removed
+            targets[old.fingerprint][role] = max(pair, count.staying - removed)
     return targets
 
 
@@ -407,8 +444,9 @@ def _old_step(
     before: Mapping[str, RevisionStatus],
     context: tuple[str, RolloutTiming, bool],
 ) -> _OldStep | None:
-    """The replicas of an older revision this pass (`pools`: its pools' share left by `_shrink`), or None when it
-    goes; `context` is (now, the rollout's timing, whether the current revision has every replica ready)."""
+    """The replicas of an older revision this pass (`pools`: its pools' share left by `_shrink`, none without a
+    readable spec), or None when it goes; `context` is (now, the rollout's timing, whether the current revision has
+    every replica ready)."""
     now, timing, complete = context
     if old_service is None:
         if complete:
@@ -433,6 +471,12 @@ def _old_step(
     return _OldStep(Revision(old.fingerprint, old_service, replicas), status, retiring=retiring is not None)
 
 
+def _keep_serving(olds: Sequence[LiveRevision]) -> str:
+    """'<old> keeps serving', or '<old>, <older> keep serving'."""
+    names = ", ".join(revision_name(old.fingerprint) for old in olds)
+    return f"{names} {'keeps' if len(olds) == 1 else 'keep'} serving"
+
+
 def _held(
     fingerprint: str,
     current: LiveRevision | None,
@@ -446,9 +490,55 @@ def _held(
     return (
         f"revision {revision_name(fingerprint)} has had no pod become ready for {int(waited)}s "
         f"(spec.rollout.progressDeadlineSeconds {deadline}): ready {ready}; "
-        f"{', '.join(revision_name(old.fingerprint) for old in olds)} keeps serving. Check its pods (a "
+        f"{_keep_serving(olds)}. Check its pods (a "
         "model that does not load, or no free GPUs for a surge pod: free some, or allow "
         "spec.rollout.maxUnavailable 1), fix the spec, or apply the previous spec to roll back"
+    )
+
+
+def _stalled(
+    current: LiveRevision, planned: Revision, olds: Sequence[LiveRevision], kept: Mapping[str, _OldStep]
+) -> bool:
+    """This pass asks nothing of the cluster and the cluster owes it nothing: the current revision waits for no pod
+    and is asked for what it has, every older revision stays as it is (none retiring, none removed), and every
+    Deployment runs the pods it was asked for. The next pass then sees the same and plans the same: the budgets
+    allow no further step."""
+    if _pending(current) or any(old.fingerprint not in kept or kept[old.fingerprint].retiring for old in olds):
+        return False
+    revisions = [(current, planned), *((old, kept[old.fingerprint].revision) for old in olds)]
+    return all(
+        revision.count(role).pods == revision.count(role).replicas == step.replicas.get(role, 0)
+        for revision, step in revisions
+        for role in c.ROLES
+    )
+
+
+def _blocked(
+    service: DisaggSpecService,
+    fingerprint: str,
+    current: LiveRevision,
+    olds: Sequence[LiveRevision],
+    scalable: Sequence[LiveRevision],
+) -> str:
+    """Progressing's message for a rollout the budgets allow no further step (`_stalled`); `scalable`: the older
+    revisions with a readable spec (those that count against maxSurge)."""
+    rollout = service.spec.rollout
+    desired = desired_replicas(service)
+    surge_cap = _surge_caps(service, scalable)
+    short = [role for role in c.POOLS if current.count(role).replicas < desired[role]]
+    starts = "; ".join(
+        f"{role}: replicas {desired[role]} + maxSurge {rollout.max_surge}, of which the older revisions hold "
+        f"{desired[role] + rollout.max_surge - surge_cap[role]}"
+        for role in short
+    )
+    floors = ", ".join(f"{role} {desired[role]} - {rollout.max_unavailable}" for role in c.POOLS)
+    return (
+        f"revision {revision_name(fingerprint)} can take no further step within spec.rollout: it can start no "
+        f"{' or '.join(short)} pod ({starts}), and no older revision can lose a pod without leaving a serving "
+        f"revision without a pair or the ready pods of the serving revisions below replicas - maxUnavailable "
+        f"({floors}); {_keep_serving(olds)}. Allow a larger "
+        "spec.rollout.maxSurge (a free slot for another pod of that pool) or maxUnavailable (the older revision "
+        "may then go before the new one serves), or apply the previous spec to roll back"
     )
 
 
@@ -480,26 +570,34 @@ def plan(
     # A revision that cannot be scaled (no readable spec) leaves only at the end: it does not count against surge,
     # else the new revision could never grow to replace it.
     specs = {old.fingerprint: stored_service(service, old.spec) for old in olds}
-    grown = _grow(service, current, [old for old in olds if specs[old.fingerprint] is not None])
+    scalable = [old for old in olds if specs[old.fingerprint] is not None]
+    grown = _grow(service, current, scalable)
     held = _held(fingerprint, current, olds, desired, waited, deadline) if waited >= deadline else None
-    wake_after: float | None = None if held else max(1.0, deadline - waited + 1)
     if held:
         asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
         grown = {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
     current_replicas = {**grown, c.ROLE_ROUTER: desired[c.ROLE_ROUTER]}
-    traffic: RevisionTraffic = "Failed" if held else "Rolling"
-    plans = [Revision(fingerprint, service, current_replicas)]
-    statuses = [_revision_status(current, fingerprint, current_replicas, traffic, created, last_progress)]
-    shrunk = _shrink(service, current, olds)
+    shrunk = _shrink(service, current, olds, scalable)
     complete = current is not None and all(current.count(role).ready >= desired[role] for role in c.ROLES)
-    draining: list[str] = []
+    kept: dict[str, _OldStep] = {}
     for old in olds:
-        step = _old_step(old, specs[old.fingerprint], shrunk[old.fingerprint], before, (now, timing, complete))
-        if step is None:
-            continue
-        plans.append(step.revision)
-        statuses.append(step.status)
-        draining.append(revision_name(old.fingerprint))
-        if step.retiring:
-            wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
-    return Plan(tuple(plans), tuple(statuses), held, tuple(draining), wake_after if draining else None)
+        pools = shrunk.get(old.fingerprint, {})
+        step = _old_step(old, specs[old.fingerprint], pools, before, (now, timing, complete))
+        if step is not None:
+            kept[old.fingerprint] = step
+    current_step = Revision(fingerprint, service, current_replicas)
+    blocked = False
+    if held is None and current is not None and _stalled(current, current_step, olds, kept):
+        # Nothing is pending, so the progress deadline would never pass: say at once what blocks the rollout.
+        blocked, held = True, _blocked(service, fingerprint, current, olds, scalable)
+    wake_after: float | None = None if held else max(1.0, deadline - waited + 1)
+    traffic: RevisionTraffic = "Failed" if held else "Rolling"
+    plans = [current_step, *(step.revision for step in kept.values())]
+    statuses = [
+        _revision_status(current, fingerprint, current_replicas, traffic, created, last_progress),
+        *(step.status for step in kept.values()),
+    ]
+    if any(step.retiring for step in kept.values()):
+        wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
+    draining = tuple(revision_name(fp) for fp in kept)
+    return Plan(tuple(plans), tuple(statuses), held, draining, wake_after if draining else None, blocked)

@@ -159,6 +159,87 @@ def test_a_serving_revision_keeps_its_pair_when_a_pool_status_lags_its_router() 
     assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
 
 
+MIDDLE = "bbbbbbbbbbbbbbbb"
+
+
+def test_a_serving_revision_the_budget_can_take_whole_goes_first() -> None:
+    """Two serving older revisions, the budget one prefill and one decode: the older cannot go whole (3 decodes), the
+    newer can, and goes (its router first); thinning the older instead would free no slot, since each keeps its
+    pair."""
+    service = _service(2, 4, maxSurge=0, maxUnavailable=1)
+    fp = fingerprint(service)
+    plan = _plan(
+        service,
+        _rev(fp, (0, 0), (0, 0), router=(1, 0)),
+        _rev(OLD, (1, 1), (3, 3), spec=service, created="2026-12-04T11:00:00Z"),
+        _rev(MIDDLE, (1, 1), (1, 1), spec=service, created="2026-12-04T11:30:00Z"),
+    )
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 3, "router": 1}
+    assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 1, "router": 0}
+
+
+def test_no_budget_is_spent_on_a_pod_kept_for_a_pair() -> None:
+    """The budget (one prefill) cannot take the oldest revision's only prefill, which it keeps for its pair: it goes
+    to the next revision's second prefill, which frees a slot for the new revision."""
+    service = _service(2, 4, maxSurge=1, maxUnavailable=0)
+    fp = fingerprint(service)
+    plan = _plan(
+        service,
+        _rev(fp, (0, 0), (0, 0), router=(1, 0)),
+        _rev(OLD, (1, 1), (2, 2), spec=service, created="2026-12-04T11:00:00Z"),
+        _rev(MIDDLE, (2, 2), (2, 2), spec=service, created="2026-12-04T11:30:00Z"),
+    )
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 2, "router": 1}
+    assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 2, "router": 1}
+
+
+def test_no_budget_is_spent_on_a_revision_kept_as_it_is() -> None:
+    """A revision without a readable spec serves and stays as it is until the new one is complete: its ready pods
+    count as capacity, but the budget is not spent on them, so the revision that can go does."""
+    service = _service(2, 2)
+    fp = fingerprint(service)
+    legacy = _rev(MIDDLE, (1, 1), (1, 1), created="2026-12-04T10:00:00Z")
+    plan = _plan(service, _rev(fp, (1, 1), (1, 1)), legacy, _rev(OLD, (2, 2), (2, 2), spec=service))
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 0}
+    assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 1, "router": 1}
+
+
+def test_a_pool_is_not_held_to_the_other_when_that_one_has_no_room_left() -> None:
+    """maxSurge 0: the new revision's decode has the one slot the old revision's pair leaves it, ready. It grows only
+    once the old revision goes, which needs 5 ready prefills of the new one: the prefill grows past the skew."""
+    service = _service(6, 2, maxSurge=0, maxUnavailable=1, maxSkew=0)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (4, 4), (1, 1)), _rev(OLD, (1, 1), (1, 1), spec=service))
+    assert _replicas(plan)[fp] == {"prefill": 5, "decode": 1, "router": 1}
+
+
+def test_a_rollout_the_budgets_allow_no_step_holds_at_once() -> None:
+    """A one-replica prefill with maxSurge 0: the old revision keeps its prefill for its pair while it serves, and it
+    must serve for the decode's floor (5 - 1): the new revision can start no prefill, ever. Nothing is pending, so no
+    deadline would pass: the rollout holds at once, naming the budgets, and changes nothing."""
+    service = _service(1, 5, maxSurge=0, maxUnavailable=1)
+    fp = fingerprint(service)
+    current = _rev(fp, (0, 0), (1, 1), router=(1, 0))
+    plan = _plan(service, current, _rev(OLD, (1, 1), (4, 4), spec=service))
+    assert plan.blocked and plan.held is not None
+    assert "can take no further step" in plan.held and "maxSurge 0" in plan.held and "decode 5 - 1" in plan.held
+    assert [s.traffic for s in plan.status] == ["Failed", "Draining"] and plan.wake_after is None
+    assert _replicas(plan) == {
+        fp: {"prefill": 0, "decode": 1, "router": 1},
+        OLD: {"prefill": 1, "decode": 4, "router": 1},
+    }
+    # While the old decode's scale-down is still under way (5 pods for 4 asked), the cluster owes the pass a change.
+    settling = _rev(OLD, (1, 1), (4, 4), spec=service)
+    settling = LiveRevision(OLD, {**settling.counts, "decode": Count(4, 5, 5)}, settling.spec, settling.created)
+    assert not _plan(service, current, settling).blocked
+    # spec.rollout is not in the fingerprint: with a slot for a surge pod the same revision goes on.
+    surge = _service(1, 5, maxSurge=1, maxUnavailable=1)
+    assert fingerprint(surge) == fp
+    goes_on = _plan(surge, current, _rev(OLD, (1, 1), (4, 4), spec=service))
+    assert not goes_on.blocked and goes_on.held is None
+    assert _replicas(goes_on)[fp] == {"prefill": 1, "decode": 2, "router": 1}
+
+
 def test_lockstep_keeps_one_pool_from_running_ahead() -> None:
     service = _service(4, 4, maxSurge=4, maxSkew=0.25)
     fp = fingerprint(service)

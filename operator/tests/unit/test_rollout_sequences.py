@@ -27,15 +27,18 @@ Checked after every pass, once its plan is applied and the Deployment controller
    or below `replicas + maxSurge` (terminating pods are not counted, as by a Deployment's own maxSurge).
 4. termination: within `step_bound(...)` passes (computed from the budgets and the simulation's delays) only the new
    revision is left, at full replicas and all ready, and planning again is a fixed point (same plan, nothing to apply).
+   Where the budgets cannot finish the rollout (`cannot_finish`: a one-replica pool with maxSurge 0, whose only slot
+   a serving old revision keeps for its pair, while the other pool may not drop to 0 ready), it holds instead for
+   want of a step (`Plan.blocked`, RolloutHeld) within the bound, and from then on changes nothing.
+5. a pass that holds for want of a step has none left (`steps_left`, from the pods, not from the planner's rules).
 And a rollout whose pods never become ready holds (RolloutHeld: `Plan.held`, traffic Failed) once the progress
 deadline has passed, keeps the old revision at the floor, and stops changing anything.
 
 The drawn sequences pass every few seconds (passes follow watch events) with maxSkew > 0. The planner bugs the
 sequences found outside the drawn families (a lagging status with a spec change, maxSkew 0, a pass that comes a
-whole deadline late) run, fixed, at the smallest seed of their family (`REGRESSIONS`). The planner bugs the sequences
-found and that are not fixed yet are `BUGS`: the drawn seeds one fails are marked xfail (`KNOWN`); each xfail is
-strict and expects exactly the property its bug breaks (`KnownBug`). The checker itself is tested on hand-made
-violating states, and the simulation on planners broken on purpose (`BROKEN`): every property can fail.
+whole deadline late) run, fixed, at the smallest seed of their family (`REGRESSIONS`); those in the drawn seeds run
+with them. The checker itself is tested on hand-made violating states, and the simulation on planners broken on
+purpose (`BROKEN`): every property can fail.
 """
 
 from __future__ import annotations
@@ -465,6 +468,43 @@ def _strangers(
     return found
 
 
+def steps_left(cluster: Cluster, sc: Scenario, fp: str) -> list[str]:
+    """Property 5, for a pass that holds for want of a step (`Plan.blocked`): no step is left indeed. From the pods
+    themselves, not the planner's rules: a step is a pod of revision `fp` that a pool short of its replicas could
+    start within replicas + maxSurge, an older revision's pod that could go while every serving revision keeps a
+    ready pair and the ready pods of the serving revisions stay at or above replicas - maxUnavailable (or a whole
+    older revision that could go so), or a pod still on its way (not ready, or of a revision that does not serve)."""
+    active = [pod for pod in cluster.pods if pod.active]
+    serving = {pod.fingerprint for pod in active if pod.role == c.ROLE_ROUTER and pod.ready}
+
+    def ready(role: str, revisions: Iterable[str]) -> int:
+        return sum(1 for pod in active if pod.role == role and pod.ready and pod.fingerprint in set(revisions))
+
+    floor = {role: sc.replicas[role] - sc.max_unavailable for role in POOLS}
+    found = []
+    for pod in active:
+        if pod.role in POOLS and (not pod.ready or pod.fingerprint not in serving | {fp}):
+            found.append(f"a {pod.role} pod of {pod.fingerprint} is not ready or serves nothing")
+    for role in POOLS:
+        pods = sum(1 for pod in active if pod.role == role)
+        asked = sum(
+            int(obj["spec"]["replicas"])
+            for obj in cluster.deployments.values()
+            if obj["metadata"]["labels"][c.LABEL_ROLE] == role
+        )
+        mine = sum(1 for pod in active if pod.role == role and pod.fingerprint == fp)
+        if mine < sc.replicas[role] and max(pods, asked) < sc.replicas[role] + sc.max_surge:
+            found.append(f"{fp} could start a {role} pod within maxSurge")
+    for old in sorted(serving - {fp}):
+        rest = serving - {old}
+        if all(ready(role, rest) >= floor[role] for role in POOLS):
+            found.append(f"{old} could go whole")
+        for role in POOLS:
+            if ready(role, [old]) >= 2 and ready(role, serving) - 1 >= floor[role]:
+                found.append(f"{old} could lose a {role} pod")
+    return [f"stuck: the pass holds for want of a step, but {step}" for step in found]
+
+
 def finished(cluster: Cluster, fp: str, replicas: Mapping[str, int]) -> bool:
     """Only the revision `fp` is left, at `replicas`, every pod ready and reported so."""
     if {obj["metadata"]["labels"][c.LABEL_FINGERPRINT] for obj in cluster.deployments.values()} != {fp}:
@@ -542,6 +582,8 @@ class Simulation:
         )
         self.cluster.settle()
         problems = violations(self.cluster, self.sc)
+        if plan.blocked:
+            problems += steps_left(self.cluster, self.sc, self.fp)
         assert not problems, f"{self.label()}: " + "; ".join(problems) + f"\n{self.describe(plan)}"
         self.cluster.progress(readiness)
         return plan
@@ -605,56 +647,64 @@ def roll_out(sc: Scenario, planner: Planner = _plan_pass, edit: Edit | None = No
 # ---- the sequences ------------------------------------------------------------------------------------------------
 
 
-class KnownBug(AssertionError):
-    """A sequence failed with the property a known planner bug breaks (`BUGS`): the xfail cases expect exactly this,
-    so a sequence that fails another way still fails the test."""
+def cannot_finish(sc: Scenario) -> bool:
+    """No sequence of passes can take the rollout of `sc` to its end within its budgets: a pool of one replica with
+    maxSurge 0 has room for one pod, which a serving old revision keeps for its pair, so the new revision's first pod
+    of that pool can start only once no old revision serves, and neither serves then; that takes the ready pods of
+    the other pool's serving revisions to 0, below replicas - maxUnavailable unless that is 0 too. (A rollback to the
+    old spec ends the rollout: the old revision is current again.)"""
+    return (
+        sc.change != "rollback"
+        and sc.max_surge == 0
+        and any(
+            sc.replicas[role] == 1 and sc.replicas[other] > sc.max_unavailable
+            for role, other in ((c.ROLE_PREFILL, c.ROLE_DECODE), (c.ROLE_DECODE, c.ROLE_PREFILL))
+        )
+    )
 
 
-@dataclass(frozen=True)
-class Bug:
-    tag: str
-    """The property it breaks, as the failure message names it."""
-    reason: str
+def blocked_sequence(sc: Scenario, planner: Planner = _plan_pass) -> None:
+    """A rollout the budgets cannot finish (`cannot_finish`): every pass keeps the properties; within the bound a pass
+    holds for want of a step (`Plan.blocked`: RolloutHeld, traffic Failed, a message naming maxSurge and
+    maxUnavailable) with no step left indeed (`steps_left`, in `Simulation.run_pass`), and from then on every pass
+    holds the same way and changes nothing."""
+    sim = Simulation(sc, planner)
+    bound = step_bound(sc) + (sc.change_at if sc.change else 0)
+    plan = None
+    while plan is None or not plan.blocked:
+        assert sim.cluster.step <= bound, (
+            f"{sim.label()}: termination: no pass held for want of a step within the bound of {bound} passes\n"
+            f"{sim.describe(sim.plan())}"
+        )
+        sim.change_spec()
+        plan = sim.run_pass()
+    label = sim.label()
+    assert plan.held is not None and "maxSurge" in plan.held and "maxUnavailable" in plan.held, f"{label}: {plan}"
+    held = {name: obj["spec"]["replicas"] for name, obj in sim.cluster.deployments.items()}
+    for _ in range(3):
+        again = sim.run_pass()
+        assert again.blocked and again.held == plan.held and again.wake_after is None, f"{sim.label()}: {again}"
+        assert [s.traffic for s in again.status] == ["Failed", *["Draining"] * (len(again.status) - 1)], again
+        after = {name: obj["spec"]["replicas"] for name, obj in sim.cluster.deployments.items()}
+        assert after == held, f"{sim.label()}: a blocked rollout changed {held} to {after}"
 
 
-BUGS: Final = {
-    "pair-pin-starves": Bug(
-        "termination",
-        "rollout.py bug: the rollout deadlocks when the old revisions' pods that _shrink pins to keep a serving "
-        "revision's pair (or restores after spending the floor budget on them) use up maxSurge in a pool: _grow "
-        "gives the current revision no pod of that pool, so it never serves, so the old revisions never shrink "
-        "further; after progressDeadlineSeconds it is reported as RolloutHeld although nothing is pending. "
-        "E.g. one old revision, prefill 1, decode 5, maxSurge 0, maxUnavailable 1 (seed 140)",
-    ),
-}
-
-KNOWN: Final = {6: "pair-pin-starves", 140: "pair-pin-starves", 144: "pair-pin-starves", 165: "pair-pin-starves"}
-"""The seeds of the sequence test that a known bug fails (6 is the smallest; 140 the simplest: one old revision)."""
+def test_a_third_revision_that_finds_no_slot_left_holds_for_want_of_a_step() -> None:
+    """Seed 360 (not drawn): decode has 1 replica and maxSurge 1, so 2 slots; the spec changes again while the old
+    and the new revision both serve, each keeping its decode for its pair, and prefill's floor (6 - 0) needs both:
+    the third revision can start no decode, and neither older one can go. The rollout holds for want of a step."""
+    blocked_sequence(Scenario.draw(360))
 
 
-def expect(bug: str | None, run: Callable[[], object]) -> None:
-    """Run a sequence; where `bug` is known to fail it, turn the failure it causes into `KnownBug`."""
-    if bug is None:
-        run()
-        return
-    try:
-        run()
-    except AssertionError as error:
-        if str(error).split(": ", 1)[1].startswith(BUGS[bug].tag):
-            raise KnownBug(f"{bug}: {error}") from error
-        raise
-
-
-def _seed(seed: int) -> Any:
-    bug = KNOWN.get(seed)
-    if bug is None:
-        return seed
-    return pytest.param(seed, marks=pytest.mark.xfail(raises=KnownBug, strict=True, reason=BUGS[bug].reason))
-
-
-@pytest.mark.parametrize("seed", [_seed(seed) for seed in SEEDS])
-def test_every_pass_keeps_the_floor_pairs_and_surge_and_the_rollout_terminates(seed: int) -> None:
-    expect(KNOWN.get(seed), lambda: roll_out(Scenario.draw(seed)))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_pass_keeps_the_floor_pairs_and_surge_and_the_rollout_ends(seed: int) -> None:
+    """The rollout finishes (`roll_out`), or, where the budgets cannot finish it, holds for want of a step
+    (`blocked_sequence`); a pass that holds so in a rollout that can finish fails `steps_left`."""
+    sc = Scenario.draw(seed)
+    if cannot_finish(sc):
+        blocked_sequence(sc)
+    else:
+        roll_out(sc)
 
 
 def test_the_sequences_cover_the_budgets_and_the_cluster_behaviours() -> None:
@@ -670,6 +720,7 @@ def test_the_sequences_cover_the_budgets_and_the_cluster_behaviours() -> None:
     assert sum(bool(sc.freeze_passes) for sc in scenarios) >= 20
     assert any(sc.max_unavailable >= min(sc.replicas[r] for r in POOLS) for sc in scenarios)
     assert {sc.replicas[r] for sc in scenarios for r in POOLS} == set(range(1, 7))
+    assert sum(cannot_finish(sc) for sc in scenarios) >= 3
 
 
 @pytest.mark.parametrize("seed", [16, 35, 57, 172])
@@ -871,6 +922,13 @@ def _new_stops_at_one(service: DisaggSpecService, plan: rollout.Plan) -> rollout
     )
 
 
+def _blocks_at_once(service: DisaggSpecService, plan: rollout.Plan) -> rollout.Plan:
+    """Every pass that has an old revision says the budgets allow no step (and plans the step all the same)."""
+    if not plan.draining:
+        return plan
+    return dataclasses.replace(plan, held="blocked: maxSurge, maxUnavailable", blocked=True)
+
+
 BROKEN: Final[dict[str, tuple[Planner, Edit | None, str]]] = {
     "old revision shrinks below the floor": (_broken(_old_loses_one_more), None, "floor:"),
     "new revision ignores maxSurge": (_broken(_new_ignores_surge), None, "surge:"),
@@ -878,6 +936,7 @@ BROKEN: Final[dict[str, tuple[Planner, Edit | None, str]]] = {
     "pools go with the router": (_broken(_pools_with_router), None, "lone router:"),
     "routers pair any revision": (_plan_pass, _without_fingerprint_selectors, "pairs:"),
     "new revision never grows": (_broken(_new_stops_at_one), None, "termination:"),
+    "holds for want of a step with one left": (_broken(_blocks_at_once), None, "stuck:"),
 }
 
 

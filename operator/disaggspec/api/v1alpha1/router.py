@@ -89,7 +89,10 @@ class RolloutSpec(SpecModel):
         le=1024,
         description="Pods of each pool the rollout may run above its replicas while the old revision serves: each "
         "one needs a free slot for a whole pool pod (its GPUs). 0: a new pod starts only where an old one was "
-        "removed, which needs maxUnavailable of at least 1.",
+        "removed, which needs maxUnavailable of at least 1; and a pool of 1 replica then has no slot for the new "
+        "revision's pod while the old revision serves (it keeps one pod of each pool for its pair), so the rollout "
+        "holds at once (Progressing=False, reason RolloutHeld) unless maxUnavailable is at least the other pool's "
+        "replicas (the service then stops serving while the pair is replaced).",
     )
     max_unavailable: int = Field(
         default=0,
@@ -108,7 +111,9 @@ class RolloutSpec(SpecModel):
         "fraction of its replicas (ready new prefill / prefill replicas against ready new decode / decode "
         "replicas), so the new revision grows as matched pairs. Each pool may always have one pod, and a pool not "
         "ahead of the other may always ask for one pod beyond its ready ones: with 0 the pools grow in step, the one "
-        "behind (both, when level) one pod at a time.",
+        "behind (both, when level) one pod at a time. A pool is not held back by the other while the other has every "
+        "pod maxSurge leaves it, all ready (it grows again only as the old revision shrinks, which this pool's ready "
+        "pods allow).",
     )
     progress_deadline_seconds: int | None = Field(
         default=None,
