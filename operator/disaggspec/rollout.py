@@ -9,6 +9,23 @@ soon as its router is ready, which sglang-router (and the readiness helper with 
 has a ready prefill and a ready decode. So a request can never be paired across revisions, and the new revision
 takes traffic exactly when it can serve it.
 
+Traffic follows capacity (issue 32): during a rollout the router pods, not spec.router.replicas per revision, are
+what the planner shares out. M = max(spec.router.replicas, the larger pool's replicas) router slots go to the serving
+revisions in proportion to their capacity after this pass (the smaller of their pools' staying ready pods over the
+pools' replicas), by the largest remainder, each at least one pod (`size_routers`, `apportion`): no revision's
+share of the router pods exceeds its share of the capacity by more than 1/M, so the new revision's first pair no
+longer takes half the requests while it holds 1/N of the capacity. It works on plain Kubernetes with the routers of
+any release because it needs nothing but the Service: kube-proxy (and the simulation's `ServiceTarget`,
+e2e/serving/servicetraffic.py) spreads new connections evenly over the ready endpoints. The alternatives: a weighted
+front proxy needs no mesh but is one more hop and one more component to run and make highly available; Gateway API
+weights (HTTPRoute backendRefs) need a Gateway the cluster may not have; gating the new router's readiness can only
+switch a revision's whole share on or off. The limits: connections are spread, not requests, so a client that keeps
+connections open stays with the router pod it reached (a router pod removed closes its connections, and those
+clients reconnect by the new split; router pods added receive only new connections), and the split moves in steps of
+1/M; a pass removes router pods at once but starts others, so for the seconds an added router pod takes to become
+ready the other revisions' pods take its share; and a rollout runs up to M + (number of revisions) router pods
+(the router's CPU, no GPU). Outside a rollout (one revision) the router has spec.router.replicas.
+
 `plan` decides, on every pass, how many pods each revision gets:
 - the current revision (the spec's fingerprint) grows towards the pools' replicas, bounded by
   `spec.rollout.maxSurge` (pods of a pool beyond its replicas, counting the old revisions' pods) and by
@@ -17,17 +34,17 @@ takes traffic exactly when it can serve it.
   `replicas - maxUnavailable` per pool (a serving revision the budget can take whole first, then the others down to
   their pair, oldest first); pods of an old revision that are not ready, or of one that does not serve, go at once,
   since they carry no traffic;
-- an old revision whose pools are to reach zero loses its router first, and its pools only once its router pods
-  are gone, so nothing routes to a pool pod that is being removed (the pool pods' own preStop pause and drain cover
-  the requests in flight);
+- the serving revisions' routers are sized by capacity (above); an old revision whose pools are to reach zero
+  loses its router first, and its pools only once its router pods are gone, so nothing routes to a pool pod that
+  is being removed (the pool pods' own preStop pause and drain cover the requests in flight);
 - a current revision that waits `progressDeadlineSeconds` for pods it asked for without another becoming ready
   holds: it grows no further, the old revisions keep serving, and the plan says why (Progressing=False,
   RolloutHeld). Only waiting counts: a pass that finds nothing pending starts the count again;
 - a current revision with nothing pending that the budgets allow no further step (no pod of it can start within
   maxSurge, no older pod can go within maxUnavailable and the pairs, every Deployment as asked: every later pass
   would plan the same) holds at once, and the plan says which budgets block it.
-A revision whose stored spec cannot be read (made by an older operator, or edited by hand) is left as it is, and
-removed whole once the current revision has every replica ready.
+A revision whose stored spec cannot be read (made by an older operator, or edited by hand) is left as it is (its
+router too: it takes no part in the split), and removed whole once the current revision has every replica ready.
 """
 
 from __future__ import annotations
@@ -360,6 +377,110 @@ def _shrink(
     return targets
 
 
+def apportion(capacities: Mapping[str, float], slots: int) -> dict[str, int]:
+    """`slots` router pods shared out by `capacities` (revision -> capacity; ties go in this order) by the largest
+    remainder, every revision at least one: a serving revision without a router pod would stop serving.
+
+    Each revision gets `floor(quota)` or `floor(quota) + 1` pods of its quota `slots x capacity / total`, never more,
+    and the one-pod minimum is added on top (the total may then exceed `slots`): so no revision's share of the pods
+    is above its share of the capacity by more than 1/slots. Without any capacity every revision gets one pod."""
+    total = sum(max(0.0, capacity) for capacity in capacities.values())
+    if total <= 0:
+        return {key: 1 for key in capacities}
+    quotas = {key: slots * max(0.0, capacity) / total for key, capacity in capacities.items()}
+    # The epsilon keeps a whole quota (3 x 1/3 x 3) from flooring one below.
+    seats = {key: max(1, math.floor(quota + 1e-9)) for key, quota in quotas.items()}
+    left = slots - sum(seats.values())
+    # Only a revision below its quota takes a remaining pod (one raised to the minimum is above it already); `left`
+    # is below their count, so none takes two.
+    below = sorted((key for key in quotas if seats[key] < quotas[key] - 1e-9), key=lambda k: seats[k] - quotas[k])
+    for key in below[: max(0, left)]:
+        seats[key] += 1
+    return seats
+
+
+def capacity(ready: Mapping[str, int], desired: Mapping[str, int]) -> float:
+    """The share of the service's nominal capacity that `ready` pods per pool serve: the smaller pool's fraction of
+    its replicas (a prefill without its decodes serves no more than they do). A pool of 0 replicas limits nothing."""
+    return min(min(1.0, ready.get(role, 0) / desired[role]) if desired[role] else 1.0 for role in c.POOLS)
+
+
+@dataclass(frozen=True)
+class RouterSizing:
+    """The router replicas of the revisions that stay and serve during a rollout, and the split they give."""
+
+    replicas: Mapping[str, int]
+    """Router replicas per fingerprint: the current revision's, and each serving older revision's that keeps pools."""
+    capacity_share: Mapping[str, float]
+    """The capacity share each of those was sized by."""
+    traffic_share: Mapping[str, float]
+    """Per serving revision (any, the legacy ones too), its fraction of the ready router pods this pass found."""
+
+
+def _serving_pods(revision: LiveRevision) -> dict[str, int]:
+    """The ready pods per pool that stay (`Count.staying`), at least one of each pool it has while it serves: its
+    ready router shows a ready pod of each pool, whatever the pool's own status says (it may lag the router's)."""
+    return {
+        role: max(revision.count(role).staying, min(1, revision.count(role).replicas) if revision.serving else 0)
+        for role in c.POOLS
+    }
+
+
+def router_slots(service: DisaggSpecService) -> int:
+    """The router pods a rollout shares out by capacity: spec.router.replicas, or the larger pool's replicas if more
+    (one router pod per pod of the larger pool lets the split follow the rollout's steps of one pod)."""
+    desired = desired_replicas(service)
+    return max(desired[c.ROLE_ROUTER], *(desired[role] for role in c.POOLS))
+
+
+def size_routers(
+    service: DisaggSpecService,
+    fingerprint: str,
+    current: LiveRevision | None,
+    olds: Sequence[LiveRevision],
+    shrunk: Mapping[str, Mapping[str, int]],
+) -> RouterSizing:
+    """The router replicas of a rollout's pass (more than one revision): the serving revisions share
+    `router_slots(service)` by their capacity after this pass (`apportion`).
+
+    Capacity counts the ready pods that stay (`Count.staying`): for an older revision, those of its pools' replicas
+    this pass (`shrunk`, `_shrink`'s), so traffic leaves it in the pass its pods do; for the current one, its ready
+    pods (the pods it asks for serve nothing yet). An older revision whose pools go (retiring) or that cannot be
+    scaled (no readable spec, not in `shrunk`) takes no part: the one loses its router first anyway, the other keeps
+    its Deployments as they are. A current revision that does not serve yet gets the pods it would get if it did,
+    while the others share the slots as if it did not: its router becomes ready on its own once it has a pair, and
+    then takes no more than its capacity's share (at least one pod, so that it can become ready at all). Once only
+    the current revision serves (every older one retiring), it has spec.router.replicas. With spec.router.replicas 0
+    (the router scaled away) nothing is shared out: the current revision has none, the older ones their own spec's."""
+    desired = desired_replicas(service)
+    slots = router_slots(service)
+    own = capacity(_serving_pods(current), desired) if current is not None else 0.0
+    capacities: dict[str, float] = {fingerprint: own} if current is not None and current.serving else {}
+    for old in olds:
+        pools = shrunk.get(old.fingerprint)
+        if pools is None or not old.serving or all(pools[role] == 0 for role in c.POOLS):
+            continue
+        staying = _serving_pods(old)
+        capacities[old.fingerprint] = capacity({role: min(pools[role], staying[role]) for role in c.POOLS}, desired)
+    replicas = apportion(capacities, slots)
+    total = sum(capacities.values())
+    shares = {fp: (cap / total if total > 0 else 1.0 / len(capacities)) for fp, cap in capacities.items()}
+    if fingerprint not in capacities:
+        joined = {fingerprint: own, **capacities}
+        replicas[fingerprint] = apportion(joined, slots)[fingerprint]
+        shares[fingerprint] = own / sum(joined.values()) if sum(joined.values()) > 0 else 0.0
+    elif len(capacities) == 1:
+        replicas[fingerprint] = desired[c.ROLE_ROUTER]
+    if desired[c.ROLE_ROUTER] == 0:
+        # Routers sized by capacity would bring back a router the user scaled to zero (and drop it again once the
+        # current revision serves alone).
+        replicas = {fingerprint: 0}
+    everyone = [*([current] if current is not None else []), *olds]
+    routers = {rev.fingerprint: rev.count(c.ROLE_ROUTER).staying for rev in everyone if rev.serving}
+    ready = sum(routers.values())
+    return RouterSizing(replicas, shares, {fp: count / ready for fp, count in routers.items()} if ready else {})
+
+
 def _router_gone(router: Count, retiring_since: str, now: str, gone_after: float) -> bool:
     """No router pod of the retiring revision exists any more, terminating ones included: status.terminatingReplicas
     (Kubernetes 1.35+) or, before, the count of its listed pods (`with_router_pods`); only where neither could be
@@ -442,17 +563,18 @@ def _old_step(
     old_service: DisaggSpecService | None,
     pools: Mapping[str, int],
     before: Mapping[str, RevisionStatus],
-    context: tuple[str, RolloutTiming, bool],
+    context: tuple[str, RolloutTiming, bool, RouterSizing],
 ) -> _OldStep | None:
     """The replicas of an older revision this pass (`pools`: its pools' share left by `_shrink`, none without a
     readable spec), or None when it goes; `context` is (now, the rollout's timing, whether the current revision has
-    every replica ready)."""
-    now, timing, complete = context
+    every replica ready, the routers' sizing)."""
+    now, timing, complete, sizing = context
     if old_service is None:
         if complete:
             return None  # an unreadable revision goes whole once the current one has full capacity
         kept: dict[str, int] = {role: old.count(role).replicas for role in c.ROLES}
         status = _revision_status(old, old.fingerprint, kept, "Draining", old.created or now, None)
+        status = status.model_copy(update={"traffic_share": _share(sizing.traffic_share.get(old.fingerprint, 0.0))})
         return _OldStep(Revision(old.fingerprint, None, kept), status, retiring=False)
     retiring: str | None = None
     if all(pools[role] == 0 for role in c.POOLS):
@@ -465,10 +587,24 @@ def _old_step(
         replicas: dict[str, int] = {role: old.count(role).replicas for role in c.POOLS}
         replicas[c.ROLE_ROUTER] = 0
     else:
-        replicas = {**pools, c.ROLE_ROUTER: desired_replicas(old_service)[c.ROLE_ROUTER]}
+        # A serving revision that keeps pools has its share of the router slots (`size_routers`); one that does not
+        # serve keeps nothing of its pools (`_shrink`), so this is only a fallback.
+        router = sizing.replicas.get(old.fingerprint, desired_replicas(old_service)[c.ROLE_ROUTER])
+        replicas = {**pools, c.ROLE_ROUTER: router}
     status = _revision_status(old, old.fingerprint, replicas, "Draining", old.created or now, None)
-    status = status.model_copy(update={"retiring_since": retiring})
+    status = status.model_copy(
+        update={
+            "retiring_since": retiring,
+            "traffic_share": _share(sizing.traffic_share.get(old.fingerprint, 0.0)),
+            "capacity_share": _share(sizing.capacity_share.get(old.fingerprint)),
+        }
+    )
     return _OldStep(Revision(old.fingerprint, old_service, replicas), status, retiring=retiring is not None)
+
+
+def _share(value: float | None) -> float | None:
+    """A share as status reports it: to 3 decimals, so a pass that changes nothing writes the same."""
+    return None if value is None else round(value, 3)
 
 
 def _keep_serving(olds: Sequence[LiveRevision]) -> str:
@@ -576,13 +712,14 @@ def plan(
     if held:
         asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
         grown = {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
-    current_replicas = {**grown, c.ROLE_ROUTER: desired[c.ROLE_ROUTER]}
     shrunk = _shrink(service, current, olds, scalable)
+    sizing = size_routers(service, fingerprint, current, olds, shrunk)
+    current_replicas = {**grown, c.ROLE_ROUTER: sizing.replicas[fingerprint]}
     complete = current is not None and all(current.count(role).ready >= desired[role] for role in c.ROLES)
     kept: dict[str, _OldStep] = {}
     for old in olds:
         pools = shrunk.get(old.fingerprint, {})
-        step = _old_step(old, specs[old.fingerprint], pools, before, (now, timing, complete))
+        step = _old_step(old, specs[old.fingerprint], pools, before, (now, timing, complete, sizing))
         if step is not None:
             kept[old.fingerprint] = step
     current_step = Revision(fingerprint, service, current_replicas)
@@ -593,10 +730,14 @@ def plan(
     wake_after: float | None = None if held else max(1.0, deadline - waited + 1)
     traffic: RevisionTraffic = "Failed" if held else "Rolling"
     plans = [current_step, *(step.revision for step in kept.values())]
-    statuses = [
-        _revision_status(current, fingerprint, current_replicas, traffic, created, last_progress),
-        *(step.status for step in kept.values()),
-    ]
+    current_status = _revision_status(current, fingerprint, current_replicas, traffic, created, last_progress)
+    current_status = current_status.model_copy(
+        update={
+            "traffic_share": _share(sizing.traffic_share.get(fingerprint, 0.0)),
+            "capacity_share": _share(sizing.capacity_share[fingerprint]),
+        }
+    )
+    statuses = [current_status, *(step.status for step in kept.values())]
     if any(step.retiring for step in kept.values()):
         wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
     draining = tuple(revision_name(fp) for fp in kept)

@@ -3,6 +3,7 @@ rollout holds, and that an older revision renders again from its stored spec exa
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -77,11 +78,14 @@ def test_a_new_revision_starts_one_pair_next_to_the_serving_one() -> None:
     service = _service(2, 2)
     fp = fingerprint(service)
     plan = _plan(service, _rev(OLD, (2, 2), (2, 2), spec=service))
+    # During the rollout the serving revisions share 2 router slots (the larger pool's replicas) by capacity: the old
+    # one, serving alone, has both; the new one a single router pod, which becomes ready once it has a pair.
     assert _replicas(plan) == {
         fp: {"prefill": 1, "decode": 1, "router": 1},
-        OLD: {"prefill": 2, "decode": 2, "router": 1},
+        OLD: {"prefill": 2, "decode": 2, "router": 2},
     }
     assert [s.traffic for s in plan.status] == ["Rolling", "Draining"]
+    assert [(s.traffic_share, s.capacity_share) for s in plan.status] == [(0.0, 0.0), (1.0, 1.0)]
     assert plan.draining == (OLD[:8],)
     assert plan.wake_after is not None and plan.wake_after > 0
 
@@ -91,7 +95,7 @@ def test_the_old_revision_shrinks_only_as_the_new_one_serves() -> None:
     fp = fingerprint(service)
     # New pods ready but its router not yet: no traffic reaches them, so nothing old may go.
     not_serving = _plan(service, _rev(fp, (1, 1), (1, 1), router=(1, 0)), _rev(OLD, (2, 2), (2, 2), spec=service))
-    assert _replicas(not_serving)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    assert _replicas(not_serving)[OLD] == {"prefill": 2, "decode": 2, "router": 2}
     serving = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (2, 2), (2, 2), spec=service))
     assert _replicas(serving)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
     # Total pods per pool never exceed replicas + maxSurge: the new one grows once the old one has shrunk.
@@ -137,7 +141,7 @@ def test_a_router_scaled_to_zero_does_not_serve_whatever_its_status_says() -> No
     assert not back.serving
     other = _rev(OLD, (2, 2), (2, 2), spec=service)
     plan = _plan(service, back, other)
-    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 2}
 
 
 def test_a_serving_old_revision_keeps_a_pair_until_both_pools_go() -> None:
@@ -174,7 +178,8 @@ def test_a_serving_revision_the_budget_can_take_whole_goes_first() -> None:
         _rev(OLD, (1, 1), (3, 3), spec=service, created="2026-12-04T11:00:00Z"),
         _rev(MIDDLE, (1, 1), (1, 1), spec=service, created="2026-12-04T11:30:00Z"),
     )
-    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 3, "router": 1}
+    # The older one, left the only serving revision that keeps pools, has all 4 router slots.
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 3, "router": 4}
     assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 1, "router": 0}
 
 
@@ -189,8 +194,9 @@ def test_no_budget_is_spent_on_a_pod_kept_for_a_pair() -> None:
         _rev(OLD, (1, 1), (2, 2), spec=service, created="2026-12-04T11:00:00Z"),
         _rev(MIDDLE, (2, 2), (2, 2), spec=service, created="2026-12-04T11:30:00Z"),
     )
-    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 2, "router": 1}
-    assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 2, "router": 1}
+    # Equal capacities (half of each pool) share the 4 router slots equally.
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 2, "router": 2}
+    assert _replicas(plan)[MIDDLE] == {"prefill": 1, "decode": 2, "router": 2}
 
 
 def test_no_budget_is_spent_on_a_revision_kept_as_it_is() -> None:
@@ -210,7 +216,9 @@ def test_a_pool_is_not_held_to_the_other_when_that_one_has_no_room_left() -> Non
     service = _service(6, 2, maxSurge=0, maxUnavailable=1, maxSkew=0)
     fp = fingerprint(service)
     plan = _plan(service, _rev(fp, (4, 4), (1, 1)), _rev(OLD, (1, 1), (1, 1), spec=service))
-    assert _replicas(plan)[fp] == {"prefill": 5, "decode": 1, "router": 1}
+    # Capacity 1/2 (its decode) against the old pair's 1/6: 6 router slots, 4.5 and 1.5, the tie to the current.
+    assert _replicas(plan)[fp] == {"prefill": 5, "decode": 1, "router": 5}
+    assert _replicas(plan)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
 
 
 def test_a_rollout_the_budgets_allow_no_step_holds_at_once() -> None:
@@ -220,22 +228,23 @@ def test_a_rollout_the_budgets_allow_no_step_holds_at_once() -> None:
     service = _service(1, 5, maxSurge=0, maxUnavailable=1)
     fp = fingerprint(service)
     current = _rev(fp, (0, 0), (1, 1), router=(1, 0))
-    plan = _plan(service, current, _rev(OLD, (1, 1), (4, 4), spec=service))
+    # The old revision serves alone and has the 5 router slots (the decode's replicas).
+    plan = _plan(service, current, _rev(OLD, (1, 1), (4, 4), router=(5, 5), spec=service))
     assert plan.blocked and plan.held is not None
     assert "can take no further step" in plan.held and "maxSurge 0" in plan.held and "decode 5 - 1" in plan.held
     assert [s.traffic for s in plan.status] == ["Failed", "Draining"] and plan.wake_after is None
     assert _replicas(plan) == {
         fp: {"prefill": 0, "decode": 1, "router": 1},
-        OLD: {"prefill": 1, "decode": 4, "router": 1},
+        OLD: {"prefill": 1, "decode": 4, "router": 5},
     }
     # While the old decode's scale-down is still under way (5 pods for 4 asked), the cluster owes the pass a change.
-    settling = _rev(OLD, (1, 1), (4, 4), spec=service)
+    settling = _rev(OLD, (1, 1), (4, 4), router=(5, 5), spec=service)
     settling = LiveRevision(OLD, {**settling.counts, "decode": Count(4, 5, 5)}, settling.spec, settling.created)
     assert not _plan(service, current, settling).blocked
     # spec.rollout is not in the fingerprint: with a slot for a surge pod the same revision goes on.
     surge = _service(1, 5, maxSurge=1, maxUnavailable=1)
     assert fingerprint(surge) == fp
-    goes_on = _plan(surge, current, _rev(OLD, (1, 1), (4, 4), spec=service))
+    goes_on = _plan(surge, current, _rev(OLD, (1, 1), (4, 4), router=(5, 5), spec=service))
     assert not goes_on.blocked and goes_on.held is None
     assert _replicas(goes_on)[fp] == {"prefill": 1, "decode": 2, "router": 1}
 
@@ -353,7 +362,7 @@ def test_an_old_revision_that_serves_nothing_goes_as_soon_as_its_router_has() ->
         service, _rev(failed, (1, 0), (1, 0), router=(1, 0), spec=service, created="2026-12-04T11:59:30Z"), serving
     )
     assert _replicas(plan)[failed] == {"prefill": 1, "decode": 1, "router": 0}
-    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 2}
     gone = _plan(
         service, _rev(failed, (1, 0), (1, 0), router=(0, 0), spec=service, created="2026-12-04T11:59:30Z"), serving
     )
@@ -378,7 +387,7 @@ def test_the_rollout_holds_after_the_deadline_without_progress() -> None:
     assert "progressDeadlineSeconds 60" in plan.held and "maxUnavailable" in plan.held and OLD[:8] in plan.held
     assert [s.traffic for s in plan.status] == ["Failed", "Draining"]
     assert _replicas(plan)[fp] == {"prefill": 1, "decode": 1, "router": 1}
-    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 1}
+    assert _replicas(plan)[OLD] == {"prefill": 2, "decode": 2, "router": 2}
     # Before the deadline: no hold, and a wake-up for when it passes.
     early = [{**previous[0], "lastProgressTime": "2026-12-04T11:59:30Z"}]
     waiting = _plan(service, *revisions, previous=early)
@@ -479,3 +488,94 @@ def test_observe_groups_deployments_by_fingerprint() -> None:
     assert list(live) == [fp]
     assert live[fp].serving and live[fp].count("prefill") == Count(1, 1, 1)
     assert rollout.stored_service(service, live[fp].spec) == service
+
+
+# ---- traffic by capacity (issue 32) ---------------------------------------------------------------------------------
+
+
+def test_apportion_shares_the_slots_by_the_largest_remainder() -> None:
+    assert rollout.apportion({"a": 0.75, "b": 0.25}, 4) == {"a": 3, "b": 1}
+    assert rollout.apportion({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, 3) == {"a": 1, "b": 1, "c": 1}
+    # A tie for the last pod goes to the first revision (the planner lists the current one first).
+    assert rollout.apportion({"a": 0.5, "b": 0.5}, 3) == {"a": 2, "b": 1}
+    # Quotas 2.4, 1.2 and 0.4: the smallest is raised to one pod, which leaves none to share out.
+    assert rollout.apportion({"a": 0.6, "b": 0.3, "c": 0.1}, 4) == {"a": 2, "b": 1, "c": 1}
+    # More serving revisions than slots: each keeps one router pod, so the total exceeds the slots.
+    assert rollout.apportion({"a": 0.5, "b": 0.3, "c": 0.2}, 2) == {"a": 1, "b": 1, "c": 1}
+    # No capacity at all (statuses not caught up): one pod each.
+    assert rollout.apportion({"a": 0.0, "b": 0.0}, 3) == {"a": 1, "b": 1}
+    assert rollout.apportion({}, 3) == {}
+
+
+def test_apportion_never_gives_more_share_of_pods_than_of_capacity_beyond_one_slot() -> None:
+    rng = random.Random(32)
+    for _ in range(2000):
+        slots = rng.randint(1, 12)
+        capacities = {str(i): rng.choice((0.0, rng.random())) for i in range(rng.randint(1, 4))}
+        seats = rollout.apportion(capacities, slots)
+        assert set(seats) == set(capacities) and min(seats.values()) >= 1, (capacities, slots, seats)
+        total = sum(capacities.values())
+        if total == 0:
+            continue
+        pods = sum(seats.values())
+        # Exactly the slots, unless the one-pod minimum raised some revision above its quota.
+        raised = any(slots * cap / total < 1 for cap in capacities.values())
+        assert pods == slots or (raised and pods > slots), (capacities, slots, seats)
+        for key, cap in capacities.items():
+            assert seats[key] / pods <= cap / total + 1 / slots + 1e-9, (capacities, slots, seats)
+
+
+def test_the_routers_follow_capacity_while_both_revisions_serve() -> None:
+    """Pools of 4 and one router: 4 router slots. The new revision's first ready pair is a quarter of the capacity
+    and the old one keeps three quarters after this pass (maxSurge 1, maxUnavailable 0): 1 and 3 router pods, where
+    each revision's own spec.router.replicas (1 and 1) would have sent the new pair half the requests."""
+    service = _service(4, 4)
+    fp = fingerprint(service)
+    plan = _plan(service, _rev(fp, (1, 1), (1, 1)), _rev(OLD, (4, 4), (4, 4), router=(4, 4), spec=service))
+    assert _replicas(plan)[fp]["router"] == 1
+    assert _replicas(plan)[OLD] == {"prefill": 3, "decode": 3, "router": 3}
+    current, old = plan.status
+    assert (current.traffic_share, current.capacity_share) == (0.2, 0.25)  # 1 of 5 ready router pods this pass
+    assert (old.traffic_share, old.capacity_share) == (0.8, 0.75)
+    # Three pairs ready, the old revision down to its last pair: 3 and 1.
+    late = _plan(
+        service, _rev(fp, (3, 3), (3, 3), router=(3, 3)), _rev(OLD, (2, 2), (2, 2), router=(2, 2), spec=service)
+    )
+    assert _replicas(late)[fp]["router"] == 3 and _replicas(late)[OLD] == {"prefill": 1, "decode": 1, "router": 1}
+    # The old revision retiring, the new one serves alone: back to spec.router.replicas.
+    done = _plan(service, _rev(fp, (4, 4), (4, 4), router=(3, 3)), _rev(OLD, (1, 1), (1, 1), spec=service))
+    assert _replicas(done)[OLD]["router"] == 0 and _replicas(done)[fp]["router"] == 1
+    assert done.status[1].capacity_share is None and done.status[0].capacity_share == 1.0
+
+
+def test_a_current_revision_not_serving_yet_gets_the_routers_its_pair_would_earn() -> None:
+    """Its pair is ready but its router not yet: it gets the router pods its capacity would earn next to the serving
+    revisions (which share the slots without it meanwhile), so it takes no more than its share once they are ready;
+    with no pair, one router pod."""
+    service = _service(4, 4, maxSurge=2)
+    fp = fingerprint(service)
+    old = _rev(OLD, (4, 4), (4, 4), router=(4, 4), spec=service)
+    pair = _plan(service, _rev(fp, (2, 2), (2, 2), router=(1, 0)), old)
+    assert _replicas(pair)[fp]["router"] == 1 and _replicas(pair)[OLD]["router"] == 4
+    assert pair.status[0].traffic_share == 0.0 and pair.status[0].capacity_share == pytest.approx(0.333)
+    nothing = _plan(service, _rev(fp, (2, 0), (2, 0), router=(1, 0)), old)
+    assert _replicas(nothing)[fp]["router"] == 1
+
+
+def test_a_router_scaled_to_zero_is_not_brought_back_by_the_split() -> None:
+    service = parse_service(
+        edited(
+            {
+                "spec.prefill.replicas": 2,
+                "spec.decode.replicas": 2,
+                "spec.router.replicas": 0,
+                "metadata.namespace": "ns",
+            }
+        )
+    )
+    fp = fingerprint(service)
+    plan = _plan(
+        service, _rev(fp, (1, 1), (1, 1), router=(0, 0)), _rev(OLD, (2, 2), (2, 2), router=(0, 0), spec=service)
+    )
+    assert _replicas(plan)[fp]["router"] == 0
+    assert all(rev.replicas["router"] == 0 for rev in plan.revisions)

@@ -31,6 +31,15 @@ Checked after every pass, once its plan is applied and the Deployment controller
    a serving old revision keeps for its pair, while the other pool may not drop to 0 ready), it holds instead for
    want of a step (`Plan.blocked`, RolloutHeld) within the bound, and from then on changes nothing.
 5. a pass that holds for want of a step has none left (`steps_left`, from the pods, not from the planner's rules).
+6. traffic by capacity (issue 32): where more than one revision serves, each one's share of the router pods of the
+   serving revisions (the router Service spreads new connections evenly over them) is at most its share of the
+   serving capacity plus 1/M, M the router slots (`rollout.router_slots`, the strictest of the specs'); a revision's
+   capacity is the smaller of its pools' ready pods over their replicas. The router pods counted are the ready ones
+   and those starting in a serving revision: a pass removes router pods at once but can only start others, and a
+   starting router pod of a revision that serves becomes ready once it has started and found its pair (seconds),
+   with no further pass: the split the pass sets is what the routers reach. A pass whose planner read a lagging
+   Deployment status is not held to it (it splits by what the API server reports; the next pass, reading the
+   status caught up, is).
 And a rollout whose pods never become ready holds (RolloutHeld: `Plan.held`, traffic Failed) once the progress
 deadline has passed, keeps the old revision at the floor, and stops changing anything.
 
@@ -408,8 +417,9 @@ class Cluster:
 # ---- the properties -----------------------------------------------------------------------------------------------
 
 
-def violations(cluster: Cluster, sc: Scenario) -> list[str]:
-    """Which of the properties (module docstring, 1 to 3) the cluster breaks right after a pass was applied."""
+def violations(cluster: Cluster, sc: Scenario, traffic: bool = True) -> list[str]:
+    """Which of the properties (module docstring, 1 to 3 and 6, 6 only with `traffic`) the cluster breaks right after
+    a pass was applied."""
     found: list[str] = []
     active = [pod for pod in cluster.pods if pod.active]
     serving = {pod.fingerprint for pod in active if pod.role == c.ROLE_ROUTER and pod.ready}
@@ -432,6 +442,8 @@ def violations(cluster: Cluster, sc: Scenario) -> list[str]:
                 f"surge: {role} has {pods} pods and asks for {asked}, above replicas {desired} + maxSurge "
                 f"{sc.max_surge}"
             )
+    if traffic:
+        found += traffic_violations(cluster, sc)
     found += cluster.strangers()
     ready_kinds = cluster.kinds(ready=True)
     for pod in cluster.pods:
@@ -441,6 +453,39 @@ def violations(cluster: Cluster, sc: Scenario) -> list[str]:
         if (pod.ready or (pod.served and pausing)) and not cluster.paired(pod, ready_kinds):
             state = "ready" if pod.ready else f"in its preStop pause since {pod.terminating_since}s"
             found.append(f"lone router: a router pod of {pod.fingerprint} is {state} without a ready pair")
+    return found
+
+
+def traffic_violations(cluster: Cluster, sc: Scenario) -> list[str]:
+    """Property 6: each serving revision's share of the router pods (ready, or starting in a serving revision) is at
+    most its share of the serving capacity plus 1/M (M router slots: the larger of spec.router.replicas, the smaller
+    of the specs', and the pools' replicas). A revision's capacity is the smaller of its pools' fractions of their
+    replicas in ready pods."""
+    active = [pod for pod in cluster.pods if pod.active]
+    serving = {pod.fingerprint for pod in active if pod.role == c.ROLE_ROUTER and pod.ready}
+    routers: dict[str, int] = {}
+    for pod in active:
+        if pod.role == c.ROLE_ROUTER and pod.fingerprint in serving:
+            routers[pod.fingerprint] = routers.get(pod.fingerprint, 0) + 1
+    capacities = {
+        fp: min(
+            min(1.0, sum(1 for p in active if p.fingerprint == fp and p.role == role and p.ready) / sc.replicas[role])
+            for role in POOLS
+        )
+        for fp in routers
+    }
+    if len(routers) < 2 or not sum(capacities.values()):
+        return []
+    slots = max(min(sc.replicas[c.ROLE_ROUTER], sc.old_router), *(sc.replicas[role] for role in POOLS))
+    total, total_capacity = sum(routers.values()), sum(capacities.values())
+    found = []
+    for fp, count in sorted(routers.items()):
+        share, capacity = count / total, capacities[fp] / total_capacity
+        if share > capacity + 1 / slots + 1e-9:
+            found.append(
+                f"traffic: {fp[:8]} has {count} of {total} router pods ({share:.2f}), above its capacity share "
+                f"{capacity:.2f} + 1/{slots}"
+            )
     return found
 
 
@@ -575,13 +620,16 @@ class Simulation:
 
     def run_pass(self, readiness: bool = True) -> rollout.Plan:
         """One pass: plan, write the status, apply, let the Deployment controller act, check, then let time pass."""
+        # The planner splits traffic by the statuses it reads: a pass that read a lagging one is not held to
+        # property 6 (the next pass, reading the status caught up, is).
+        lagging = bool(self.cluster.lagged)
         plan = self.plan()
         self.previous = _written(plan.status)
         self.cluster.apply(
             self._render(plan.revisions), keep=[r.fingerprint for r in plan.revisions if r.service is None]
         )
         self.cluster.settle()
-        problems = violations(self.cluster, self.sc)
+        problems = violations(self.cluster, self.sc, traffic=not lagging)
         if plan.blocked:
             problems += steps_left(self.cluster, self.sc, self.fp)
         assert not problems, f"{self.label()}: " + "; ".join(problems) + f"\n{self.describe(plan)}"
@@ -723,10 +771,12 @@ def test_the_sequences_cover_the_budgets_and_the_cluster_behaviours() -> None:
     assert sum(cannot_finish(sc) for sc in scenarios) >= 3
 
 
-@pytest.mark.parametrize("seed", [16, 35, 57, 172])
+@pytest.mark.parametrize("seed", [35, 57, 172, 174])
 def test_a_freeze_past_the_deadline_holds_and_releases_once_pods_are_ready(seed: int) -> None:
     """Seeds whose readiness freezes past the deadline in mid-rollout: the rollout holds, and finishes once pods
-    become ready again (within the bound, which counts the freeze)."""
+    become ready again (within the bound, which counts the freeze). (Seed 16, a rollback, no longer holds since the
+    routers follow capacity: the revision it rolls back from goes whole three passes into the freeze, and a single
+    revision has no rollout to hold.)"""
     outcome = roll_out(Scenario.draw(seed))
     assert outcome.held > 0, f"seed {seed} step {outcome.steps}: finished without holding"
 
@@ -842,6 +892,18 @@ def test_the_checker_accepts_a_clean_state_and_catches_cross_pairing() -> None:
     assert found and all(v.startswith("pairs:") for v in found), found
 
 
+def test_the_checker_catches_routers_out_of_proportion_to_capacity() -> None:
+    """Pools of 4 (so 4 router slots): the new revision's first pair is a quarter of the capacity, a fifth of the
+    serving capacity; with 2 of the 3 router pods it would take two thirds of the requests."""
+    sc = dataclasses.replace(
+        _HAND_MADE_SCENARIO, replicas={c.ROLE_PREFILL: 4, c.ROLE_DECODE: 4, c.ROLE_ROUTER: 1}, old_router=1
+    )
+    found = violations(_state(sc, {"old": (4, 4, 1), "new": (1, 1, 2)}), sc)
+    assert found and all(v.startswith("traffic:") for v in found), found
+    assert violations(_state(sc, {"old": (4, 4, 4), "new": (1, 1, 1)}), sc) == []
+    assert violations(_state(sc, {"old": (4, 4, 1), "new": (1, 1, 2)}), sc, traffic=False) == []
+
+
 def _without_fingerprint_selectors(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The routers' worker selectors without the fingerprint: a router that pairs any revision's pods."""
     out = []
@@ -922,6 +984,17 @@ def _new_stops_at_one(service: DisaggSpecService, plan: rollout.Plan) -> rollout
     )
 
 
+def _routers_by_spec(service: DisaggSpecService, plan: rollout.Plan) -> rollout.Plan:
+    """Every revision that keeps a router has spec.router.replicas of them, whatever its capacity (the planner before
+    issue 32): the new revision takes a router's share of the requests from its first pair on."""
+    return _scaled(
+        plan,
+        lambda i, r: (
+            {**r.replicas, c.ROLE_ROUTER: service.spec.router.replicas} if r.replicas.get(c.ROLE_ROUTER) else r.replicas
+        ),
+    )
+
+
 def _blocks_at_once(service: DisaggSpecService, plan: rollout.Plan) -> rollout.Plan:
     """Every pass that has an old revision says the budgets allow no step (and plans the step all the same)."""
     if not plan.draining:
@@ -937,6 +1010,7 @@ BROKEN: Final[dict[str, tuple[Planner, Edit | None, str]]] = {
     "routers pair any revision": (_plan_pass, _without_fingerprint_selectors, "pairs:"),
     "new revision never grows": (_broken(_new_stops_at_one), None, "termination:"),
     "holds for want of a step with one left": (_broken(_blocks_at_once), None, "stuck:"),
+    "routers by spec, not by capacity": (_broken(_routers_by_spec), None, "traffic:"),
 }
 
 

@@ -89,6 +89,22 @@ class RevisionStatus(StatusModel):
         "pods are gone.",
         json_schema_extra={"format": "date-time"},
     )
+    traffic_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="During a rollout: its share of the requests, the fraction of the ready router pods of serving "
+        "revisions that are its own (the router Service spreads new connections evenly over them), as this pass "
+        "found them; 0 while it does not serve. Unset outside a rollout (the only revision takes every request).",
+    )
+    capacity_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="During a rollout: its share of the serving capacity (per revision the smaller of its ready pods "
+        "staying per pool over the pool's replicas), which its router's replicas were sized by; unset for a "
+        "revision whose router is being removed, and outside a rollout.",
+    )
 
 
 class SpecDecodeStatus(StatusModel):
