@@ -381,6 +381,12 @@ EVENT_REVISION_CREATED: Final = EventReason(
 EVENT_REVISION_RETIRED: Final = EventReason(
     "RevisionRetired", "Normal", "An older revision was drained and removed (the message names it)."
 )
+EVENT_TRAFFIC_SHIFTED: Final = EventReason(
+    "TrafficShifted",
+    "Normal",
+    "During a rollout the split of the requests between revisions changed: the message gives each revision's "
+    "share, its router pods of those taking requests, and the capacity share its routers were sized by.",
+)
 EVENT_NAMESPACE_DENIED: Final = EventReason(
     READY_NAMESPACE_DENIED.reason,
     "Warning",
@@ -421,6 +427,7 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_ROLLOUT_HELD,
     EVENT_REVISION_CREATED,
     EVENT_REVISION_RETIRED,
+    EVENT_TRAFFIC_SHIFTED,
     EVENT_NAMESPACE_DENIED,
     EVENT_LOW_ACCEPT_LENGTH,
     EVENT_ACCEPT_LENGTH_RECOVERED,

@@ -413,8 +413,6 @@ class RouterSizing:
     """Router replicas per fingerprint: the current revision's, and each serving older revision's that keeps pools."""
     capacity_share: Mapping[str, float]
     """The capacity share each of those was sized by."""
-    traffic_share: Mapping[str, float]
-    """Per serving revision (any, the legacy ones too), its fraction of the ready router pods this pass found."""
 
 
 def _serving_pods(revision: LiveRevision) -> dict[str, int]:
@@ -475,10 +473,32 @@ def size_routers(
         # Routers sized by capacity would bring back a router the user scaled to zero (and drop it again once the
         # current revision serves alone).
         replicas = {fingerprint: 0}
-    everyone = [*([current] if current is not None else []), *olds]
-    routers = {rev.fingerprint: rev.count(c.ROLE_ROUTER).staying for rev in everyone if rev.serving}
-    ready = sum(routers.values())
-    return RouterSizing(replicas, shares, {fp: count / ready for fp, count in routers.items()} if ready else {})
+    return RouterSizing(replicas, shares)
+
+
+def router_split(statuses: Sequence[RevisionStatus]) -> dict[str, int]:
+    """Per revision (by name) of status.revisions, the router pods that take requests once this pass is applied:
+    of a serving revision, its ready router pods up to the replicas the pass asks (the others are being removed,
+    and leave the Service's endpoints); 0 for one that does not serve. The router Service spreads new connections
+    evenly over them: each revision's count over the total is its traffic share (`RevisionStatus.traffic_share`,
+    the TrafficShifted Event)."""
+    return {
+        entry.name: min(entry.router.replicas, entry.router.ready_replicas) if entry.serving else 0
+        for entry in statuses
+    }
+
+
+def _with_traffic(statuses: Sequence[RevisionStatus]) -> list[RevisionStatus]:
+    """`statuses` with each revision's traffic share (`router_split`); a pass that removes the last older revision
+    leaves one, which reports no split (as outside a rollout)."""
+    if len(statuses) == 1:
+        return [statuses[0].model_copy(update={"traffic_share": None, "capacity_share": None})]
+    split = router_split(statuses)
+    total = sum(split.values())
+    return [
+        entry.model_copy(update={"traffic_share": _share(split[entry.name] / total if total else 0.0)})
+        for entry in statuses
+    ]
 
 
 def _router_gone(router: Count, retiring_since: str, now: str, gone_after: float) -> bool:
@@ -574,7 +594,6 @@ def _old_step(
             return None  # an unreadable revision goes whole once the current one has full capacity
         kept: dict[str, int] = {role: old.count(role).replicas for role in c.ROLES}
         status = _revision_status(old, old.fingerprint, kept, "Draining", old.created or now, None)
-        status = status.model_copy(update={"traffic_share": _share(sizing.traffic_share.get(old.fingerprint, 0.0))})
         return _OldStep(Revision(old.fingerprint, None, kept), status, retiring=False)
     retiring: str | None = None
     if all(pools[role] == 0 for role in c.POOLS):
@@ -595,7 +614,6 @@ def _old_step(
     status = status.model_copy(
         update={
             "retiring_since": retiring,
-            "traffic_share": _share(sizing.traffic_share.get(old.fingerprint, 0.0)),
             "capacity_share": _share(sizing.capacity_share.get(old.fingerprint)),
         }
     )
@@ -731,13 +749,8 @@ def plan(
     traffic: RevisionTraffic = "Failed" if held else "Rolling"
     plans = [current_step, *(step.revision for step in kept.values())]
     current_status = _revision_status(current, fingerprint, current_replicas, traffic, created, last_progress)
-    current_status = current_status.model_copy(
-        update={
-            "traffic_share": _share(sizing.traffic_share.get(fingerprint, 0.0)),
-            "capacity_share": _share(sizing.capacity_share[fingerprint]),
-        }
-    )
-    statuses = [current_status, *(step.status for step in kept.values())]
+    current_status = current_status.model_copy(update={"capacity_share": _share(sizing.capacity_share[fingerprint])})
+    statuses = _with_traffic([current_status, *(step.status for step in kept.values())])
     if any(step.retiring for step in kept.values()):
         wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
     draining = tuple(revision_name(fp) for fp in kept)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from disaggspec import apply
+from disaggspec import apply, rollout
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecServiceStatus
@@ -85,6 +85,7 @@ def transitions(
     if progressing.reason == held and before.reason(c.CONDITION_PROGRESSING) != held:
         events.append(Event(r.EVENT_ROLLOUT_HELD, progressing.message or ""))
     events.extend(_revision_events(previous, new))
+    events.extend(_traffic_events(previous, new))
     events.extend(_ready_and_degraded(before, after))
     events.extend(_model_cache(before, after.get(c.CONDITION_MODEL_CACHED)))
     for type_, (unhealthy, recovered) in RUNTIME_EVENTS.items():
@@ -138,3 +139,28 @@ def _revision_events(previous: DisaggSpecServiceStatus | None, new: DisaggSpecSe
         Event(r.EVENT_REVISION_RETIRED, f"revision {name} was drained and removed") for name in had if name not in has
     )
     return events
+
+
+def _traffic_shares(status: DisaggSpecServiceStatus | None) -> dict[str, float]:
+    """Per revision, the traffic share status reports (set only during a rollout)."""
+    if status is None:
+        return {}
+    return {entry.name: entry.traffic_share for entry in status.revisions if entry.traffic_share is not None}
+
+
+def _traffic_events(previous: DisaggSpecServiceStatus | None, new: DisaggSpecServiceStatus) -> list[Event]:
+    """TrafficShifted when a rollout's split changes: a revision's share, or which revisions take part (not when the
+    rollout ends: RevisionRetired says that)."""
+    shares = _traffic_shares(new)
+    if len(shares) < 2 or shares == _traffic_shares(previous):
+        return []
+    routers = rollout.router_split(new.revisions)
+    total = sum(routers.values())
+    parts = []
+    for entry in new.revisions:
+        capacity = "" if entry.capacity_share is None else f", capacity {entry.capacity_share:.2f}"
+        parts.append(
+            f"revision {entry.name} {round(100 * shares[entry.name])}% ({routers[entry.name]}/{total} routers"
+            f"{capacity})"
+        )
+    return [Event(r.EVENT_TRAFFIC_SHIFTED, ", ".join(parts))]

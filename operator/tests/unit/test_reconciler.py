@@ -17,9 +17,10 @@ import pytest
 from disaggspec import apply, childrefusal, handlers, metrics, render, rollout
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api import parse_service
+from disaggspec.api import DisaggSpecServiceStatus, parse_service
+from disaggspec.api.v1alpha1 import RevisionPoolStatus, RevisionStatus
 from disaggspec.config import OperatorConfig
-from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, ApiMissing, HeldOff, Reconciler
+from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, ApiMissing, HeldOff, Reconciler, events
 from disaggspec.render import names
 from disaggspec.revision import revision_name
 from disaggspec.runtime.availability import ApiAvailability
@@ -551,6 +552,7 @@ def test_a_must_match_edit_rolls_out_a_new_revision_beside_the_serving_one() -> 
     new = {role: _deployment(role, edits) for role in ("prefill", "decode", "router")}
     assert set(old.values()).isdisjoint(new.values())
     revision = revision_name(render.fingerprint(parse_service(_manifest(edits))))
+    old_name = revision_name(render.fingerprint(parse_service(_manifest())))
     assert reconciler.reconcile(NAMESPACE, NAME, client.children) is None  # no rollout: nothing to look at later
     reconciler.services.put(client.update_spec(NAMESPACE, NAME, _manifest(edits)["spec"]))
     client.reset()
@@ -571,8 +573,48 @@ def test_a_must_match_edit_rolls_out_a_new_revision_beside_the_serving_one() -> 
     status = client.service(NAMESPACE, NAME)["status"]
     assert [(entry["name"], entry["traffic"]) for entry in status["revisions"]] == [(revision, "Active")]
     assert [e.reason for e in client.events].count(r.EVENT_REVISION_RETIRED.reason) == 1
+    # The split, each time it changed: the old revision alone first, then the new one (pools of 1, so one router
+    # slot) while the old one's router goes.
+    shifted = [e.message for e in client.events if e.reason == r.EVENT_TRAFFIC_SHIFTED.reason]
+    assert shifted == [
+        f"revision {revision} 0% (0/1 routers, capacity 0.00), revision {old_name} 100% (1/1 routers, capacity 1.00)",
+        f"revision {revision} 100% (1/1 routers, capacity 1.00), revision {old_name} 0% (0/1 routers)",
+    ]
     assert _conditions(client)["Ready"]["status"] == "True"
     assert reconciler.reconcile(NAMESPACE, NAME, client.children) is None  # rolled out
+
+
+def _split_status(*entries: tuple[str, int, int, float | None, float]) -> DisaggSpecServiceStatus:
+    """status.revisions of a rollout: per revision (name, router replicas, ready router pods, capacity share,
+    traffic share)."""
+    return DisaggSpecServiceStatus(
+        revisions=[
+            RevisionStatus(
+                fingerprint=name * 2,
+                name=name,
+                traffic="Rolling" if index == 0 else "Draining",
+                serving=ready > 0,
+                router=RevisionPoolStatus(replicas=replicas, ready_replicas=ready),
+                capacity_share=capacity,
+                traffic_share=traffic,
+            )
+            for index, (name, replicas, ready, capacity, traffic) in enumerate(entries)
+        ]
+    )
+
+
+def test_traffic_shifted_says_each_revisions_share_when_the_split_changes() -> None:
+    before = _split_status(("abc12345", 1, 1, 0.25, 0.2), ("def67890", 4, 4, 0.75, 0.8))
+    after = _split_status(("abc12345", 2, 2, 0.5, 0.4), ("def67890", 3, 3, 0.5, 0.6))
+    assert events._traffic_events(before, after) == [
+        events.Event(
+            r.EVENT_TRAFFIC_SHIFTED,
+            "revision abc12345 40% (2/5 routers, capacity 0.50), revision def67890 60% (3/5 routers, capacity 0.50)",
+        )
+    ]
+    assert events._traffic_events(after, after) == []  # a resync that changed nothing
+    single = DisaggSpecServiceStatus(revisions=[after.revisions[0].model_copy(update={"traffic_share": None})])
+    assert events._traffic_events(after, single) == []  # the rollout ended: RevisionRetired says so
 
 
 def test_an_operator_upgrade_keeps_the_deployments_without_a_revision_until_the_revision_serves() -> None:

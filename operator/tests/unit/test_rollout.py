@@ -535,8 +535,10 @@ def test_the_routers_follow_capacity_while_both_revisions_serve() -> None:
     assert _replicas(plan)[fp]["router"] == 1
     assert _replicas(plan)[OLD] == {"prefill": 3, "decode": 3, "router": 3}
     current, old = plan.status
-    assert (current.traffic_share, current.capacity_share) == (0.2, 0.25)  # 1 of 5 ready router pods this pass
-    assert (old.traffic_share, old.capacity_share) == (0.8, 0.75)
+    # Once applied: 1 of the 4 ready router pods that stay (the old revision's fourth is being removed).
+    assert (current.traffic_share, current.capacity_share) == (0.25, 0.25)
+    assert (old.traffic_share, old.capacity_share) == (0.75, 0.75)
+    assert rollout.router_split(plan.status) == {current.name: 1, old.name: 3}
     # Three pairs ready, the old revision down to its last pair: 3 and 1.
     late = _plan(
         service, _rev(fp, (3, 3), (3, 3), router=(3, 3)), _rev(OLD, (2, 2), (2, 2), router=(2, 2), spec=service)

@@ -94,8 +94,9 @@ class RevisionStatus(StatusModel):
         ge=0,
         le=1,
         description="During a rollout: its share of the requests, the fraction of the ready router pods of serving "
-        "revisions that are its own (the router Service spreads new connections evenly over them), as this pass "
-        "found them; 0 while it does not serve. Unset outside a rollout (the only revision takes every request).",
+        "revisions that are its own (the router Service spreads new connections evenly over them), counting a "
+        "router's ready pods up to the replicas this pass asks (the others are being removed); 0 while it does not "
+        "serve. Unset outside a rollout (the only revision takes every request).",
     )
     capacity_share: float | None = Field(
         default=None,
