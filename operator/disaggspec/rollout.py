@@ -21,10 +21,13 @@ front proxy needs no mesh but is one more hop and one more component to run and 
 weights (HTTPRoute backendRefs) need a Gateway the cluster may not have; gating the new router's readiness can only
 switch a revision's whole share on or off. The limits: connections are spread, not requests, so a client that keeps
 connections open stays with the router pod it reached (a router pod removed closes its connections, and those
-clients reconnect by the new split; router pods added receive only new connections), and the split moves in steps of
-1/M; a pass removes router pods at once but starts others, so for the seconds an added router pod takes to become
-ready the other revisions' pods take its share; and a rollout runs up to M + (number of revisions) router pods
-(the router's CPU, no GPU). Outside a rollout (one revision) the router has spec.router.replicas.
+clients reconnect by the new split; router pods added receive only new connections), the split moves in steps of
+1/M, and a rollout runs up to M + (number of revisions) router pods (the router's CPU, no GPU). Traffic moves before
+capacity: a pass removes router pods at once but can only start others, so a pass that would take ready pods from an
+older revision while the current one lacks ready router pods of those the split gives it only starts them (and
+lowers the older routers); the pass that finds them ready takes the pods (`_traffic_behind`, `Plan.shifting`).
+Otherwise the older revision would lose its capacity at once and its requests only seconds later. Each step then
+waits for a router pod's start as well. Outside a rollout (one revision) the router has spec.router.replicas.
 
 `plan` decides, on every pass, how many pods each revision gets:
 - the current revision (the spec's fingerprint) grows towards the pools' replicas, bounded by
@@ -34,9 +37,10 @@ ready the other revisions' pods take its share; and a rollout runs up to M + (nu
   `replicas - maxUnavailable` per pool (a serving revision the budget can take whole first, then the others down to
   their pair, oldest first); pods of an old revision that are not ready, or of one that does not serve, go at once,
   since they carry no traffic;
-- the serving revisions' routers are sized by capacity (above); an old revision whose pools are to reach zero
-  loses its router first, and its pools only once its router pods are gone, so nothing routes to a pool pod that
-  is being removed (the pool pods' own preStop pause and drain cover the requests in flight);
+- the serving revisions' routers are sized by capacity (above), and an old revision loses ready pods only once the
+  current revision's router pods of that split are ready; an old revision whose pools are to reach zero loses its
+  router first, and its pools only once its router pods are gone, so nothing routes to a pool pod that is being
+  removed (the pool pods' own preStop pause and drain cover the requests in flight);
 - a current revision that waits `progressDeadlineSeconds` for pods it asked for without another becoming ready
   holds: it grows no further, the old revisions keep serving, and the plan says why (Progressing=False,
   RolloutHeld). Only waiting counts: a pass that finds nothing pending starts the count again;
@@ -241,6 +245,9 @@ class Plan:
     """Seconds after which the pass must run again although nothing changes (the progress deadline)."""
     blocked: bool = False
     """The hold is the budgets': nothing is pending and spec.rollout allows no further step (`held` says which)."""
+    shifting: bool = False
+    """Traffic moves first: the older revisions keep the ready pods this pass would take from them until the current
+    revision's router pods it starts are ready (`_traffic_behind`)."""
 
     @property
     def current(self) -> Revision:
@@ -474,6 +481,46 @@ def size_routers(
         # current revision serves alone).
         replicas = {fingerprint: 0}
     return RouterSizing(replicas, shares)
+
+
+def _thinned(old: LiveRevision, pools: Mapping[str, int] | None) -> bool:
+    """`pools` (its pools this pass) take ready pods from an older revision that keeps pools."""
+    return (
+        pools is not None
+        and any(pools[role] for role in c.POOLS)
+        and any(pools[role] < old.count(role).staying for role in c.POOLS)
+    )
+
+
+def _traffic_behind(
+    current: LiveRevision | None,
+    olds: Sequence[LiveRevision],
+    shrunk: Mapping[str, Mapping[str, int]],
+    sizing: RouterSizing,
+) -> bool:
+    """This pass would take ready pods from an older revision that keeps serving while the serving current revision
+    still lacks ready router pods of those `sizing` gives it: the older revision would lose its capacity at once, and
+    its requests only as the added router pods become ready (seconds), being sent meanwhile more than it can serve.
+    The current revision's router pods are what a rollout waits for (`_pending`: a router pod that never becomes
+    ready holds the rollout by the progress deadline); an older revision's router rarely grows (when another older
+    one retires) and is not waited for."""
+    if current is None or not current.serving:
+        return False
+    if current.count(c.ROLE_ROUTER).ready >= sizing.replicas[current.fingerprint]:
+        return False
+    return any(_thinned(old, shrunk.get(old.fingerprint)) for old in olds)
+
+
+def _keep_ready(olds: Sequence[LiveRevision], shrunk: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """`shrunk` with every older revision that keeps pools keeping its ready pods (its unready ones still go); one
+    whose pools go keeps going: it loses its router first anyway."""
+    kept = {fp: dict(pools) for fp, pools in shrunk.items()}
+    for old in olds:
+        if _thinned(old, shrunk.get(old.fingerprint)):
+            kept[old.fingerprint] = {
+                role: max(shrunk[old.fingerprint][role], old.count(role).staying) for role in c.POOLS
+            }
+    return kept
 
 
 def router_split(statuses: Sequence[RevisionStatus]) -> dict[str, int]:
@@ -732,6 +779,11 @@ def plan(
         grown = {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
     shrunk = _shrink(service, current, olds, scalable)
     sizing = size_routers(service, fingerprint, current, olds, shrunk)
+    shifting = _traffic_behind(current, olds, shrunk, sizing)
+    if shifting:
+        # Traffic moves first: this pass sets the routers this scale-down needs, the next (finding them ready)
+        # removes the pods.
+        shrunk = _keep_ready(olds, shrunk)
     current_replicas = {**grown, c.ROLE_ROUTER: sizing.replicas[fingerprint]}
     complete = current is not None and all(current.count(role).ready >= desired[role] for role in c.ROLES)
     kept: dict[str, _OldStep] = {}
@@ -754,4 +806,4 @@ def plan(
     if any(step.retiring for step in kept.values()):
         wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
     draining = tuple(revision_name(fp) for fp in kept)
-    return Plan(tuple(plans), tuple(statuses), held, draining, wake_after if draining else None, blocked)
+    return Plan(tuple(plans), tuple(statuses), held, draining, wake_after if draining else None, blocked, shifting)

@@ -581,3 +581,24 @@ def test_a_router_scaled_to_zero_is_not_brought_back_by_the_split() -> None:
     )
     assert _replicas(plan)[fp]["router"] == 0
     assert all(rev.replicas["router"] == 0 for rev in plan.revisions)
+
+
+def test_an_older_revision_keeps_its_pods_until_the_routers_that_take_its_requests_are_ready() -> None:
+    """Two new pairs ready, one new router pod: taking 2 pairs from the old revision needs the new one at 2 of the 4
+    router slots. Removing the pods at once would leave the old revision half its capacity and 3 of the 4 ready router
+    pods until the new router pod is ready, so this pass only starts it (and lowers the old router); the next pass,
+    finding it ready, takes the pods."""
+    service = _service(4, 4, maxSurge=2)
+    fp = fingerprint(service)
+    old = _rev(OLD, (4, 4), (4, 4), router=(4, 4), spec=service)
+    first = _plan(service, _rev(fp, (2, 2), (2, 2), router=(1, 1)), old)
+    assert first.shifting
+    assert _replicas(first) == {
+        fp: {"prefill": 2, "decode": 2, "router": 2},
+        OLD: {"prefill": 4, "decode": 4, "router": 2},
+    }
+    then = _plan(
+        service, _rev(fp, (2, 2), (2, 2), router=(2, 2)), _rev(OLD, (4, 4), (4, 4), router=(2, 2), spec=service)
+    )
+    assert not then.shifting
+    assert _replicas(then)[OLD] == {"prefill": 2, "decode": 2, "router": 2}

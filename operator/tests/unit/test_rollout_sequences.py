@@ -13,7 +13,8 @@ prefill and a ready decode match its `--prefill-selector`/`--decode-selector` (s
 from the rendered command. Terminating pods linger (a router at least its preStop pause); the API server counts them
 (status.terminatingReplicas) or not, per seed; a Deployment's status may lag one pass behind.
 
-Checked after every pass, once its plan is applied and the Deployment controller has acted (`violations`):
+Checked after every pass, once its plan is applied and the Deployment controller has acted (`violations`: 1 to 3,
+6 and 7):
 1. floor: per pool, the ready pods of serving revisions (those with a ready router) stay at or above
    `replicas - maxUnavailable`. This is rollout.py's promise ("the older revisions shrink only as far as the ready
    pods of serving revisions stay at or above replicas - maxUnavailable per pool"), exactly: the old revision
@@ -37,9 +38,14 @@ Checked after every pass, once its plan is applied and the Deployment controller
    capacity is the smaller of its pools' ready pods over their replicas. The router pods counted are the ready ones
    and those starting in a serving revision: a pass removes router pods at once but can only start others, and a
    starting router pod of a revision that serves becomes ready once it has started and found its pair (seconds),
-   with no further pass: the split the pass sets is what the routers reach. A pass whose planner read a lagging
-   Deployment status is not held to it (it splits by what the API server reports; the next pass, reading the
-   status caught up, is).
+   with no further pass: the split the pass sets is what the routers reach. Not checked on a pass that moves
+   traffic ahead of a scale-down (`Plan.shifting`): it gives the current revision the share of the capacity the
+   scale-down will leave it while the older revision still has its pods; such a pass must remove no ready pool pod
+   of a serving revision (checked, from the pods).
+7. traffic first: a serving revision that lost ready pool pods in the pass has, counting only *ready* router pods,
+   at most its capacity share plus 1/M: its capacity went at once, so its requests must have gone before.
+Properties 6 and 7 are not checked on a pass whose planner read a lagging Deployment status: it splits by what the
+API server reports, and the next pass, reading the status caught up, is checked.
 And a rollout whose pods never become ready holds (RolloutHeld: `Plan.held`, traffic Failed) once the progress
 deadline has passed, keeps the old revision at the floor, and stops changing anything.
 
@@ -59,6 +65,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+from unittest import mock
 
 import pytest
 
@@ -294,6 +301,11 @@ class Cluster:
         self.sources: dict[str, Mapping[str, Any]] = {}
         """Per Deployment, the manifest last applied."""
         self._pairs: dict[Any, tuple[list[str], list[Mapping[str, Any]]]] = {}
+        self.thinned: set[str] = set()
+        """Revisions that lost a ready pool pod since the pass began (`begin_pass`)."""
+
+    def begin_pass(self) -> None:
+        self.thinned = set()
 
     def now(self) -> str:
         return format(T0 + datetime.timedelta(seconds=self.seconds), "%Y-%m-%dT%H:%M:%SZ")
@@ -354,6 +366,8 @@ class Cluster:
     def terminate(self, pod: Pod) -> None:
         if not pod.active:
             return
+        if pod.ready and pod.role in POOLS:
+            self.thinned.add(pod.fingerprint)
         pod.terminating_since, pod.ready, pod.active = self.seconds, False, False
         pause = ROUTER_PRESTOP if pod.role == c.ROLE_ROUTER else 0
         pod.gone_at = self.seconds + pause + self.rng.randint(0, self.sc.linger)
@@ -417,7 +431,7 @@ class Cluster:
 # ---- the properties -----------------------------------------------------------------------------------------------
 
 
-def violations(cluster: Cluster, sc: Scenario, traffic: bool = True) -> list[str]:
+def violations(cluster: Cluster, sc: Scenario, traffic: bool = True, shifting: bool = False) -> list[str]:
     """Which of the properties (module docstring, 1 to 3 and 6, 6 only with `traffic`) the cluster breaks right after
     a pass was applied."""
     found: list[str] = []
@@ -443,7 +457,7 @@ def violations(cluster: Cluster, sc: Scenario, traffic: bool = True) -> list[str
                 f"{sc.max_surge}"
             )
     if traffic:
-        found += traffic_violations(cluster, sc)
+        found += traffic_violations(cluster, sc, shifting)
     found += cluster.strangers()
     ready_kinds = cluster.kinds(ready=True)
     for pod in cluster.pods:
@@ -456,35 +470,45 @@ def violations(cluster: Cluster, sc: Scenario, traffic: bool = True) -> list[str
     return found
 
 
-def traffic_violations(cluster: Cluster, sc: Scenario) -> list[str]:
-    """Property 6: each serving revision's share of the router pods (ready, or starting in a serving revision) is at
-    most its share of the serving capacity plus 1/M (M router slots: the larger of spec.router.replicas, the smaller
-    of the specs', and the pools' replicas). A revision's capacity is the smaller of its pools' fractions of their
-    replicas in ready pods."""
+def traffic_violations(cluster: Cluster, sc: Scenario, shifting: bool = False) -> list[str]:
+    """Properties 6 and 7 (module docstring), and for a pass that moves traffic ahead of a scale-down (`shifting`)
+    that it removes no ready pool pod; 6 is not checked on such a pass."""
     active = [pod for pod in cluster.pods if pod.active]
     serving = {pod.fingerprint for pod in active if pod.role == c.ROLE_ROUTER and pod.ready}
-    routers: dict[str, int] = {}
+    found = []
+    if shifting and cluster.thinned & serving:
+        thinned = sorted(cluster.thinned & serving)
+        found.append(f"shifting: a pass that moves traffic first removed ready pool pods of serving {thinned}")
+    routers = {fp: 0 for fp in serving}
+    ready = {fp: 0 for fp in serving}
     for pod in active:
         if pod.role == c.ROLE_ROUTER and pod.fingerprint in serving:
-            routers[pod.fingerprint] = routers.get(pod.fingerprint, 0) + 1
+            routers[pod.fingerprint] += 1
+            ready[pod.fingerprint] += pod.ready
     capacities = {
         fp: min(
             min(1.0, sum(1 for p in active if p.fingerprint == fp and p.role == role and p.ready) / sc.replicas[role])
             for role in POOLS
         )
-        for fp in routers
+        for fp in serving
     }
-    if len(routers) < 2 or not sum(capacities.values()):
-        return []
+    total_capacity = sum(capacities.values())
+    if len(serving) < 2 or not total_capacity:
+        return found
     slots = max(min(sc.replicas[c.ROLE_ROUTER], sc.old_router), *(sc.replicas[role] for role in POOLS))
-    total, total_capacity = sum(routers.values()), sum(capacities.values())
-    found = []
-    for fp, count in sorted(routers.items()):
-        share, capacity = count / total, capacities[fp] / total_capacity
-        if share > capacity + 1 / slots + 1e-9:
+    for fp in sorted(serving):
+        capacity = capacities[fp] / total_capacity
+        share = routers[fp] / sum(routers.values())
+        if not shifting and share > capacity + 1 / slots + 1e-9:
             found.append(
-                f"traffic: {fp[:8]} has {count} of {total} router pods ({share:.2f}), above its capacity share "
-                f"{capacity:.2f} + 1/{slots}"
+                f"traffic: {fp[:8]} has {routers[fp]} of {sum(routers.values())} router pods ({share:.2f}), above "
+                f"its capacity share {capacity:.2f} + 1/{slots}"
+            )
+        share = ready[fp] / sum(ready.values())
+        if fp in cluster.thinned and share > capacity + 1 / slots + 1e-9:
+            found.append(
+                f"traffic first: {fp[:8]} lost ready pool pods with {ready[fp]} of {sum(ready.values())} ready "
+                f"router pods ({share:.2f}), above its capacity share {capacity:.2f} + 1/{slots}"
             )
     return found
 
@@ -623,13 +647,14 @@ class Simulation:
         # The planner splits traffic by the statuses it reads: a pass that read a lagging one is not held to
         # property 6 (the next pass, reading the status caught up, is).
         lagging = bool(self.cluster.lagged)
+        self.cluster.begin_pass()
         plan = self.plan()
         self.previous = _written(plan.status)
         self.cluster.apply(
             self._render(plan.revisions), keep=[r.fingerprint for r in plan.revisions if r.service is None]
         )
         self.cluster.settle()
-        problems = violations(self.cluster, self.sc, traffic=not lagging)
+        problems = violations(self.cluster, self.sc, traffic=not lagging, shifting=plan.shifting)
         if plan.blocked:
             problems += steps_left(self.cluster, self.sc, self.fp)
         assert not problems, f"{self.label()}: " + "; ".join(problems) + f"\n{self.describe(plan)}"
@@ -995,6 +1020,24 @@ def _routers_by_spec(service: DisaggSpecService, plan: rollout.Plan) -> rollout.
     )
 
 
+def _pools_before_traffic(
+    service: DisaggSpecService,
+    fp: str,
+    live: Mapping[str, rollout.LiveRevision],
+    previous: Sequence[RevisionStatus],
+    now: str,
+) -> rollout.Plan:
+    """The planner that never waits for the current revision's router pods before it takes an older revision's ready
+    pods (`rollout._traffic_behind` always False)."""
+    with mock.patch.object(rollout, "_traffic_behind", return_value=False):
+        return _plan_pass(service, fp, live, previous, now)
+
+
+def _always_shifting(service: DisaggSpecService, plan: rollout.Plan) -> rollout.Plan:
+    """Every pass claims to move traffic ahead of a scale-down (and scales down all the same)."""
+    return dataclasses.replace(plan, shifting=True)
+
+
 def _blocks_at_once(service: DisaggSpecService, plan: rollout.Plan) -> rollout.Plan:
     """Every pass that has an old revision says the budgets allow no step (and plans the step all the same)."""
     if not plan.draining:
@@ -1011,6 +1054,8 @@ BROKEN: Final[dict[str, tuple[Planner, Edit | None, str]]] = {
     "new revision never grows": (_broken(_new_stops_at_one), None, "termination:"),
     "holds for want of a step with one left": (_broken(_blocks_at_once), None, "stuck:"),
     "routers by spec, not by capacity": (_broken(_routers_by_spec), None, "traffic:"),
+    "pools go before the traffic has moved": (_pools_before_traffic, None, "traffic first:"),
+    "a scale-down passed off as moving traffic": (_broken(_always_shifting), None, "shifting:"),
 }
 
 
