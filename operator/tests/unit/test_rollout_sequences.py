@@ -44,8 +44,9 @@ Checked after every pass, once its plan is applied and the Deployment controller
    of a serving revision (checked, from the pods).
 7. traffic first: a serving revision that lost ready pool pods in the pass has, counting only *ready* router pods,
    at most its capacity share plus 1/M: its capacity went at once, so its requests must have gone before.
-Properties 6 and 7 are not checked on a pass whose planner read a lagging Deployment status: it splits by what the
-API server reports, and the next pass, reading the status caught up, is checked.
+Properties 6 and 7 are not checked on a pass whose planner read a Deployment status behind its pods (`Cluster.stale`:
+it splits by what the API server reports; the next pass, reading the status caught up, is checked): over the 200
+drawn sequences that leaves 158 of 1388 passes with two serving revisions unchecked.
 And a rollout whose pods never become ready holds (RolloutHeld: `Plan.held`, traffic Failed) once the progress
 deadline has passed, keeps the old revision at the floor, and stops changing anything.
 
@@ -419,13 +420,21 @@ class Cluster:
                 self.lagged.add(name)
                 continue
             self.lagged.discard(name)
-            mine = [pod for pod in self.pods if pod.owner == name]
-            active = [pod for pod in mine if pod.active]
-            ready = sum(pod.ready for pod in active)
-            status = {"replicas": len(active), "readyReplicas": ready, "availableReplicas": ready}
-            if self.sc.counts_terminating:
-                status["terminatingReplicas"] = len(mine) - len(active)
-            self.reported[name] = status
+            self.reported[name] = self.status(name)
+
+    def status(self, name: str) -> dict[str, int]:
+        """The status of Deployment `name` as its pods are now."""
+        mine = [pod for pod in self.pods if pod.owner == name]
+        active = [pod for pod in mine if pod.active]
+        ready = sum(pod.ready for pod in active)
+        status = {"replicas": len(active), "readyReplicas": ready, "availableReplicas": ready}
+        if self.sc.counts_terminating:
+            status["terminatingReplicas"] = len(mine) - len(active)
+        return status
+
+    def stale(self) -> bool:
+        """Some Deployment's reported status is behind its pods (it lagged while they changed)."""
+        return any(self.reported[name] != self.status(name) for name in self.lagged)
 
 
 # ---- the properties -----------------------------------------------------------------------------------------------
@@ -644,9 +653,9 @@ class Simulation:
 
     def run_pass(self, readiness: bool = True) -> rollout.Plan:
         """One pass: plan, write the status, apply, let the Deployment controller act, check, then let time pass."""
-        # The planner splits traffic by the statuses it reads: a pass that read a lagging one is not held to
-        # property 6 (the next pass, reading the status caught up, is).
-        lagging = bool(self.cluster.lagged)
+        # The planner splits traffic by the statuses it reads: a pass that read one behind its pods is not held to
+        # properties 6 and 7 (the next pass, reading the status caught up, is).
+        lagging = self.cluster.stale()
         self.cluster.begin_pass()
         plan = self.plan()
         self.previous = _written(plan.status)

@@ -103,8 +103,9 @@ class RevisionStatus(StatusModel):
         ge=0,
         le=1,
         description="During a rollout: its share of the serving capacity (per revision the smaller of its ready pods "
-        "staying per pool over the pool's replicas), which its router's replicas were sized by; unset for a "
-        "revision whose router is being removed, and outside a rollout.",
+        "staying per pool over the pool's replicas; for an older revision, those its scale-down under way leaves "
+        "it), which its router's replicas were sized by; unset for a revision whose router is being removed or "
+        "that is kept as it is (no readable spec), and outside a rollout.",
     )
 
 
