@@ -252,7 +252,10 @@ class Engine:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
+            # No connection cap: SGLang's PD side channel is ZMQ sockets, which have none, and a decode under
+            # overload long-polls hundreds of rooms at once (aiohttp's default of 100 connections made the handshakes
+            # queued behind them time out).
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._session
 
     async def close(self) -> None:
