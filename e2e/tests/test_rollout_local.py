@@ -117,13 +117,31 @@ def _rolled_out(cluster: Cluster, namespace: str, name: str, previous_fingerprin
 def _wait_rolled_out(
     plane: ServingPlane, namespace: str, name: str, previous_fingerprint: str | None, timeout: float = 180
 ) -> str:
-    plane.cluster.wait_for(
-        f"{namespace}/{name} rolled out from {previous_fingerprint}",
-        lambda: _rolled_out(plane.cluster, namespace, name, previous_fingerprint),
-        timeout=timeout,
-        interval=0.5,
-    )
+    try:
+        plane.cluster.wait_for(
+            f"{namespace}/{name} rolled out from {previous_fingerprint}",
+            lambda: _rolled_out(plane.cluster, namespace, name, previous_fingerprint),
+            timeout=timeout,
+            interval=0.5,
+        )
+    except AssertionError as timed_out:
+        # Where the rollout stands says why it did not finish (held, waiting for pods, or slow).
+        raise AssertionError(f"{timed_out}; status now: {_rollout_state(plane.cluster, namespace, name)}") from None
     return str(_status(plane.cluster, namespace, name)["specFingerprint"])
+
+
+def _rollout_state(cluster: Cluster, namespace: str, name: str) -> str:
+    """The revisions (replicas and ready per role, traffic) and the Progressing and Ready conditions, as JSON."""
+    status = _status(cluster, namespace, name)
+    return json.dumps(
+        {
+            "revisions": status.get("revisions"),
+            "conditions": {
+                t: {k: _condition(status, t).get(k) for k in ("status", "reason", "message")}
+                for t in ("Progressing", "Ready")
+            },
+        }
+    )
 
 
 def _events(cluster: Cluster, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
@@ -202,7 +220,9 @@ def _roll_under_traffic(plane: ServingPlane, namespace: str, obj: dict[str, Any]
     ):
         time.sleep(2)
         apply_service(cluster, namespace, changed)
-        after = _wait_rolled_out(plane, namespace, name, before)
+        # Four rollouts at once, each step also waiting for the router pods of the new split (traffic moves before
+        # capacity): 60-80 s each beside two other suites here; CI once took over 180 s with the SGLang tests too.
+        after = _wait_rolled_out(plane, namespace, name, before, timeout=300)
         time.sleep(2)
         report = traffic.stop()
     return Rolled(before, after, report, sampler)
