@@ -19,10 +19,11 @@ Per container (one local process, see `plan.py` for what runs):
 - Stop: SIGTERM to the whole session, SIGKILL after the grace period; the session's other processes are killed when
   the main process exits, as the end of a container's cgroup would.
 
-Per pod: the status (`podstatus.py`) is patched whenever a container's state or readiness changes (coalesced, one
-patch in flight per pod, retried on errors). When the pod gets a deletionTimestamp: every container is marked not
-ready, its preStop pause runs (`exec: [sleep, N]` or the `sleep` action; any other hook is logged, not run), then it
-is stopped within the pod's `deletionGracePeriodSeconds` (at least 2 s, as the kubelet), then the pod is deleted
+Per pod: the status (`podstatus.py`) is patched whenever a container's state or readiness changes (coalesced, one patch
+in flight per pod, retried on errors). When the pod gets a deletionTimestamp: every container is marked not ready, its
+preStop hook runs (a pause: `exec: [sleep, N]` or the `sleep` action; another exec hook through the launcher's local
+stand-in, its output appended to the container's log, killed at the grace period; any other hook is logged, not run),
+then it is stopped within the pod's `deletionGracePeriodSeconds` (at least 2 s, as the kubelet), then the pod is deleted
 with grace period 0 and a UID precondition. A pod that vanishes has its processes stopped the same way.
 
 When the runner stops (`PodWorker.shutdown`, `Runtime.stopping`): no process starts or restarts any more, a preStop
@@ -330,6 +331,49 @@ class ContainerWorker:
                 self._changed()
                 if await self._sleep_or_stop(delay):
                     return
+
+    def hook_command(self, hook: dict[str, Any] | None) -> list[str] | None:
+        """The local argv of an exec lifecycle hook (its command's $(VAR) expanded with the container's env, as the
+        kubelet does), or None when there is none or the launcher cannot run it here."""
+        command = ((hook or {}).get("exec") or {}).get("command")
+        if not command or self.plan is None:
+            return None
+        env_values = container_env(self.resolved)
+        expanded = [expand(str(part), env_values) for part in command]
+        return self.runtime.launcher.probe_command(self.pod, self.resolved, expanded)
+
+    async def run_hook(self, argv: list[str], timeout: float) -> None:
+        """Run a hook's argv with the container's env, its output appended to the container's log; killed (its
+        session) after `timeout` seconds or when cancelled."""
+        plan = self.plan
+        path = log_path(self.runtime.logs, self.pod, self.name)
+        with path.open("ab") as output:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=plan.env if plan is not None else {},
+                    cwd=plan.cwd if plan is not None else None,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                log(f"{self.where}: preStop hook could not start: {error}")
+                return
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            log(f"{self.where}: preStop hook still running after {timeout:g}s: killed")
+            signal_session(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        except asyncio.CancelledError:
+            signal_session(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise
+        finally:
+            if proc.returncode not in (None, 0):
+                log(f"{self.where}: preStop hook exited with {exit_code_of(proc.returncode)}")
 
     async def _spawn(self, plan: ProcessPlan) -> asyncio.subprocess.Process | None:
         path = log_path(self.runtime.logs, self.pod, self.name)
@@ -742,21 +786,37 @@ class PodWorker:
 
     async def _pre_stop(self, containers: list[ContainerWorker]) -> None:
         """Run the containers' preStop hooks (in parallel, within the grace period) before they get SIGTERM; a
-        pause ends early when the runner stops or the pod vanishes."""
+        hook ends early when the runner stops or the pod vanishes."""
         pauses = []
+        hooks = []
+        budget = max(0.0, self._deadline - time.monotonic() - MIN_GRACE)
         for container in containers:
             hook = (container.spec.get("lifecycle") or {}).get("preStop")
             seconds = prestop_pause(hook)
-            if seconds is None:
-                if hook:
-                    log(f"{self.key}/{container.name}: preStop {hook} is not a pause: not run")
+            if seconds is not None:
+                log(f"{self.key}/{container.name}: preStop pause {seconds:g}s")
+                pauses.append(seconds)
                 continue
-            log(f"{self.key}/{container.name}: preStop pause {seconds:g}s")
-            pauses.append(seconds)
+            argv = container.hook_command(hook)
+            if argv is None:
+                if hook:
+                    log(f"{self.key}/{container.name}: preStop {hook} cannot run here: not run")
+                continue
+            log(f"{self.key}/{container.name}: preStop exec {shlex.join(argv)}")
+            hooks.append(asyncio.ensure_future(container.run_hook(argv, budget)))
+        waits = [*hooks]
         if pauses:
-            pause = max(0.0, min(max(pauses), self._deadline - time.monotonic() - MIN_GRACE))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._hurry.wait(), pause)
+            waits.append(asyncio.ensure_future(asyncio.sleep(min(max(pauses), budget))))
+        if not waits:
+            return
+        hurry: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+        every: asyncio.Future[Any] = asyncio.gather(*waits, return_exceptions=True)
+        try:
+            await asyncio.wait([every, hurry], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [*waits, hurry]:
+                task.cancel()
+            await asyncio.gather(every, hurry, return_exceptions=True)
 
     async def _delete(self) -> None:
         metadata = self.pod["metadata"]

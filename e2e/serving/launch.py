@@ -39,7 +39,7 @@ from typing import Any, Final
 from disaggspec import constants as c
 from disaggspec.render.rdma import server_command
 from disaggspec.sglang.args import LAUNCH as SGLANG_LAUNCH
-from disaggspec.sglang.profiles import PROFILES, ROUTER_READY_HELPER, RouterProfile
+from disaggspec.sglang.profiles import DRAIN_WAIT_HELPER, PROFILES, ROUTER_READY_HELPER, RouterProfile
 from e2e.serving import modelcache
 from e2e.serving.plan import Launcher, ProcessPlan, container_env
 
@@ -48,6 +48,8 @@ log = logging.getLogger("e2e.serving.launch")
 REPO: Final = Path(__file__).resolve().parents[2]
 ROUTER_READY_SOURCE: Final = REPO / "images" / "router" / "router_ready.py"
 """The file the router image installs at ROUTER_READY_HELPER."""
+DRAIN_WAIT_SOURCE: Final = REPO / "images" / "sglang" / "drain_wait.py"
+"""The file the SGLang image installs at DRAIN_WAIT_HELPER (the pool servers' preStop hook)."""
 EMULATOR_ANNOTATION_PREFIX: Final = "emulator.disaggspec.io/"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_KEY: Final = "gpu"
@@ -206,6 +208,10 @@ class ServingLauncher:
         pod_ip = str(pod.get("status", {}).get("podIP") or "")
         if command[:2] == ["python3", ROUTER_READY_HELPER]:
             return [sys.executable, str(ROUTER_READY_SOURCE), *_localhost_to_pod(command[2:], pod_ip)]
+        if command[:2] == ["python3", DRAIN_WAIT_HELPER]:
+            # The pod's localhost is its IP here; its main process's stdout is what the runner writes the container's
+            # log from, so the hook's report goes to the hook's stdout, which the runner appends to that log.
+            return [sys.executable, str(DRAIN_WAIT_SOURCE), *command[2:], "--host", pod_ip, "--log", "/dev/stdout"]
         return None
 
 

@@ -28,9 +28,10 @@ What the launcher returns:
 - `ProcessPlan.env` is the process's whole environment: the runner adds nothing (pass through `os.environ` entries
   such as PATH or HOME yourself when the process needs them).
 - `ProcessPlan.cwd` is the working directory; None means the runner's own.
-- `probe_command` receives the exec probe's `command` with `$(VAR)` already expanded, and returns the argv that
-  performs it locally (it runs with the container plan's env and cwd; exit code 0 is success), or None when that
-  probe cannot run here: the runner then counts that probe as succeeding and logs so once.
+- `probe_command` receives the exec probe's (or exec preStop hook's) `command` with `$(VAR)` already expanded, and
+  returns the argv that performs it locally (it runs with the container plan's env and cwd; exit code 0 is success),
+  or None when it cannot run here: the runner then counts that probe as succeeding and logs so once (a hook it
+  cannot run is skipped and logged). A hook's output is appended to the container's log.
 
 Both methods are called on the runner's event loop and must return quickly (no network calls, no sleeping).
 """
@@ -64,7 +65,8 @@ class Launcher(Protocol):
         ...
 
     def probe_command(self, pod: dict[str, Any], container: dict[str, Any], command: list[str]) -> list[str] | None:
-        """The local argv that runs the exec probe `command` of `container`, or None when it cannot run here."""
+        """The local argv that runs the exec probe or preStop hook `command` of `container`, or None when it cannot
+        run here."""
         ...
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pytest
 
 from disaggspec.sglang.profiles import PROFILES
+from e2e.serving.continuous import continuous
 from e2e.serving.traffic import Load, Report, send
 from e2e.support.fixtures import Cluster, fresh_namespace, short_stem
 from e2e.support.planes import ServingPlane, serving_plane
@@ -390,6 +391,71 @@ def test_deleting_a_decode_pod_mid_stream_drains_it(plane: ServingPlane, namespa
     assert after, f"nothing served after {victim} was gone:\n{_describe(report)}"
     failed_late = [o for o in report.failures if o.started > gone_at + 1]
     assert not failed_late, failed_late
+
+
+# ---- pools scaled down under load: each removed server waits for its KV transfers (issue 32) ------------------
+
+
+PRESTOP_REPORT = re.compile(
+    r"\[disaggspec preStop\] KV transfers and bootstrap rooms in flight( at deletion)?: ([0-9.]+).*"
+)
+
+
+def _prestop_reports(plane: ServingPlane, namespace: str, pod: str) -> list[str]:
+    """The preStop helper's report lines in a pool pod's container log."""
+    path = plane.logs / f"{namespace}_{pod}_sglang.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [line for line in text.splitlines() if PRESTOP_REPORT.fullmatch(line)]
+
+
+def test_scaling_pools_down_under_load_waits_for_the_kv_transfers(plane: ServingPlane, namespace: str) -> None:
+    """2 prefill + 2 decode on the capacity model, the decode's KV pool so small that requests queue for it (in the
+    decode's pre-allocation queue, and on the prefill's bootstrap queue behind them): prefill then decode scaled to 1
+    under continuous traffic. Every removed server's preStop reports the PD queues it found after its pause and that
+    it waited for them; no request fails."""
+    cluster = plane.cluster
+    small_pool = {"emulator.disaggspec.io/kv-pool-tokens": "640", "emulator.disaggspec.io/time-scale": "4"}
+    scaled = {"emulator.disaggspec.io/time-scale": "4"}
+    shortest = {"drainSeconds": 30}  # pause 5 s, wait at most 10 s, then SGLang's drain
+    obj = deploy(
+        cluster,
+        namespace,
+        _variant(
+            "llama",
+            prefill={"replicas": 2, "podAnnotations": scaled, "lifecycle": shortest},
+            decode={"replicas": 2, "podAnnotations": small_pool, "lifecycle": shortest},
+        ),
+    )
+    name = obj["metadata"]["name"]
+    url = router_url(cluster, namespace, obj)
+    for role in ("prefill", "decode"):
+        cluster.wait_for(f"two Ready {role} pods", lambda r=role: len(ready_pods(cluster, namespace, name, r)) == 2)
+    load_ = Load(url=url, model=served_model(obj), streams=10, requests=5000, duration=150, max_tokens=48)
+    removed: dict[str, str] = {}
+    with continuous(load_) as traffic:
+        for role in ("prefill", "decode"):
+            time.sleep(6)
+            before = {p["metadata"]["name"] for p in ready_pods(cluster, namespace, name, role)}
+            patch = json.dumps({"spec": {role: {"replicas": 1}}})
+            cluster.kubectl("patch", "dss", name, "-n", namespace, "--type=merge", "-p", patch)
+
+            def one_left(role: str = role, before: set[str] = before) -> bool:
+                # the removed pod is gone (its preStop and drain over) and the other still serves
+                left = [pod for pod in _pods_by_name(cluster, namespace, name) if pod in before]
+                return len(left) == 1 and len(ready_pods(cluster, namespace, name, role)) == 1
+
+            cluster.wait_for(f"one {role} pod left", one_left, timeout=90)
+            (removed[role],) = before - set(_pods_by_name(cluster, namespace, name))
+        time.sleep(4)
+        report = traffic.stop()
+    assert len(report.outcomes) > 50, _describe(report)
+    assert not report.failures, _describe(report)
+    found = {role: _prestop_reports(plane, namespace, pod) for role, pod in removed.items()}
+    assert all(len(lines) == 2 for lines in found.values()), found
+    # In flight when the pod was deleted; all over (within the bound) before SIGTERM.
+    at_deletion = {role: PRESTOP_REPORT.fullmatch(lines[0]) for role, lines in found.items()}
+    assert all(m is not None and m.group(1) and float(m.group(2)) > 0 for m in at_deletion.values()), found
+    assert all("waited" in lines[1] and "bound" not in lines[1] for lines in found.values()), found
 
 
 # ---- runtime health: SpecDecodeHealthy and TransferHealthy (issue 20) -------------------------------------------

@@ -9,16 +9,24 @@ kubelet's timeout. The startup probe allows `startup_seconds` before the kubelet
 A multi-node server's workers (LeaderWorkerSet groups) serve no API: they get a startup probe on the dummy /health
 their release starts once the ranks are up, and the same liveness probe (`worker_probes`); readiness is the leader's.
 
-Shutdown: a short preStop pause (`prestop_seconds`), then SIGTERM, on which SGLang drains (it fails /health and
-/ready, keeps serving what still arrives, and exits once no request is left); SIGKILL at
-terminationGracePeriodSeconds = drainSeconds. Both routers drop a pool pod as soon as its deletionTimestamp is set,
-not when it turns unready: sglang-router 0.1.9 on the watch event (`service_discovery.rs`: a pod with
-`deletion_timestamp` goes to `handle_pod_deletion`, which removes its worker), smg 1.13.0 on its next reconcile, one
-second after the event (`service_discovery/kubernetes.rs`: a terminating pod leaves the desired set "so their workers
-drain at the start of the grace period"). A pause timed for a readiness-only consumer (probe period x failures) bought
-nothing and delayed every removal by 35 s. What the pause still covers: requests a router chose just before it saw the
-deletion, still on their way, and SGLang's own drain check (`sigterm_watchdog`, both releases: it looks at the request
-count every 5 s once SIGTERM set `gracefully_exit`, and exits at the first look that finds none).
+Shutdown of a pool server (`server_prestop`, the image's `disaggspec-drain-wait`, images/sglang/drain_wait.py): a short
+preStop pause (`prestop_seconds`), then a bounded wait (`transfer_wait_seconds`) until the server's own PD queue gauges
+are zero (no request waiting for its peer's bootstrap or pre-allocation, no KV transfer in flight: a peer still expects
+each of them), reported in the container's log; then SIGTERM, on which SGLang drains (it fails /health and /ready, keeps
+serving what still arrives, and exits once no request is left); SIGKILL at terminationGracePeriodSeconds = drainSeconds.
+Pause and wait take at most half of drainSeconds, so SGLang keeps the rest. SGLang's own drain counts the tokenizer's
+table, which holds a PD request until its transfer ended (0.5.2 disaggregation/prefill.py:498-535 answers a prefill
+request only then), so the wait does not replace it: it makes the transfers an explicit, bounded and reported step
+before SIGTERM (issue 32). A multi-node server's workers serve no API and keep the plain pause.
+
+Both routers drop a pool pod as soon as its deletionTimestamp is set, not when it turns unready: sglang-router 0.1.9 on
+the watch event (`service_discovery.rs`: a pod with `deletion_timestamp` goes to `handle_pod_deletion`, which removes
+its worker), smg 1.13.0 on its next reconcile, one second after the event (`service_discovery/kubernetes.rs`: a
+terminating pod leaves the desired set "so their workers drain at the start of the grace period"). A pause timed for a
+readiness-only consumer (probe period x failures) bought nothing and delayed every removal by 35 s. What the pause still
+covers: requests a router chose just before it saw the deletion, still on their way, and SGLang's own drain check
+(`sigterm_watchdog`, both releases: it looks at the request count every 5 s once SIGTERM set `gracefully_exit`, and
+exits at the first look that finds none).
 
 The Deployment's progress deadline is `startup_seconds + drain_seconds + ROLLOUT_MARGIN_SECONDS`: with maxSurge 0 a
 rollout replaces one pod at a time, and each step may wait for the old pod's drain (its GPUs), then pull and start the
@@ -32,7 +40,7 @@ import math
 from typing import Any, Final
 
 from disaggspec.api.v1alpha1 import PoolLifecycle
-from disaggspec.sglang.profiles import SGLangProfile
+from disaggspec.sglang.profiles import DRAIN_WAIT_HELPER, SGLangProfile
 
 HEALTH_PATH: Final = "/health"
 STARTUP_SECONDS: Final = 1800
@@ -109,6 +117,28 @@ def worker_probes(profile: SGLangProfile, lifecycle: PoolLifecycle, gpus: int) -
         "startupProbe": _http(HEALTH_PATH, PROBE_PERIOD, startup_failures, CHEAP_PROBE_TIMEOUT),
         "livenessProbe": pool_probes(profile, lifecycle, gpus)["livenessProbe"],
     }
+
+
+def transfer_wait_seconds(lifecycle: PoolLifecycle) -> int:
+    """The longest wait for a server's KV transfers after its preStop pause: pause and wait take at most half of
+    drainSeconds (at least 30, so at least 10 s of waiting)."""
+    return max(0, lifecycle.drain_seconds // 2 - prestop_seconds(lifecycle))
+
+
+def server_prestop(lifecycle: PoolLifecycle, port: int) -> dict[str, Any]:
+    """A pool server container's `lifecycle`: the preStop hook pauses, then waits for the server's PD queues on its
+    HTTP `port` (see the module docstring)."""
+    command = [
+        "python3",
+        DRAIN_WAIT_HELPER,
+        "--port",
+        str(port),
+        "--pause",
+        str(prestop_seconds(lifecycle)),
+        "--bound",
+        str(transfer_wait_seconds(lifecycle)),
+    ]
+    return {"preStop": {"exec": {"command": command}}}
 
 
 def prestop(seconds: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, PoolName, pool
-from disaggspec.api.v1alpha1 import GPU_RESOURCE
+from disaggspec.api.v1alpha1 import GPU_RESOURCE, PoolLifecycle
 from disaggspec.render import caches, disruption, lifecycle, names, ports, rdma, sizing
 from disaggspec.sglang.args import NODE_RANK_LEADER, NODE_RANK_WORKER, SERVER_PORT, server_args
 from disaggspec.sglang.profiles import TRANSFER_DRAFT_PROBS_ENV, SGLangProfile, profile_for
@@ -145,6 +145,15 @@ def _ports_and_probes(
     return _ports(service, role), lifecycle.pool_probes(profile, life, gpus)
 
 
+def _shutdown(life: PoolLifecycle, kind: PodKind, container_ports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The container's preStop: a server waits for its KV transfers (`lifecycle.server_prestop`); a multi-node
+    server's worker, which serves no API and holds no request, only pauses."""
+    if kind == "worker":
+        return lifecycle.prestop(lifecycle.prestop_seconds(life))
+    http = next(port["containerPort"] for port in container_ports if port["name"] == "http")
+    return lifecycle.server_prestop(life, int(http))
+
+
 def _server_container(
     service: DisaggSpecService, role: PoolName, kind: PodKind, mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -163,7 +172,7 @@ def _server_container(
         "securityContext": rdma.security_context(spec.transfer),
         "volumeMounts": mounts,
         **probes,
-        "lifecycle": lifecycle.prestop(lifecycle.prestop_seconds(pool(spec, role).lifecycle)),
+        "lifecycle": _shutdown(pool(spec, role).lifecycle, kind, ports),
     }
     env = _env(service, role)
     if env:

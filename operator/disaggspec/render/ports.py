@@ -58,6 +58,8 @@ SLOTS: Final = 73
 CONTAINER: Final = "sglang"
 HTTP_FLAG: Final = "--port"
 BOOTSTRAP_FLAG: Final = "--disaggregation-bootstrap-port"
+PRESTOP_PORT_FLAG: Final = "--port"
+"""The server's HTTP port in its preStop hook's command (`lifecycle.server_prestop`)."""
 
 
 def router_reads_pod_ports(spec: DisaggSpecServiceSpec) -> bool:
@@ -125,8 +127,8 @@ def _set_flag(argv: list[str], flag: str, value: int) -> list[str]:
 
 def assign(pod: dict[str, Any], slot: int) -> None:
     """Give `pod` (a pool pod body, changed in place) the ports of `slot`: the server container's named ports with
-    hostPort, its `--port` (and on prefill `--disaggregation-bootstrap-port`), and the router's annotations. A pod
-    is prefill when its template has a bootstrap port."""
+    hostPort, its `--port` (and on prefill `--disaggregation-bootstrap-port`), the `--port` its preStop hook reads the
+    server's metrics on, and the router's annotations. A pod is prefill when its template has a bootstrap port."""
     http, bootstrap = http_port(slot), bootstrap_port(slot)
     metadata = pod.setdefault("metadata", {})
     annotations = metadata.setdefault("annotations", {})
@@ -142,6 +144,9 @@ def assign(pod: dict[str, Any], slot: int) -> None:
             annotations[c.ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap)
         container["ports"] = ports
         container["command"] = command
+        hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec")
+        if hook:  # the drain wait reads the server's /metrics on its HTTP port (`lifecycle.server_prestop`)
+            hook["command"] = _set_flag(list(hook.get("command") or []), PRESTOP_PORT_FLAG, http)
     annotations[ANNOTATION_WORKER_PORTS] = str(http)
 
 

@@ -20,6 +20,8 @@ from disaggspec.sglang.options import Option
 SGLangVersion = Literal["0.5.2", "0.5.23"]
 
 ROUTER_READY_HELPER: Final = "/usr/local/bin/disaggspec-router-ready"
+DRAIN_WAIT_HELPER: Final = "/usr/local/bin/disaggspec-drain-wait"
+"""The project's SGLang image installs images/sglang/drain_wait.py here: the pool servers' preStop hook."""
 TRANSFER_DRAFT_PROBS_ENV: Final = "SGLANG_DISAGG_TRANSFER_DRAFT_PROBS"
 """Patch 0003 of the project's 0.5.23 image: an EnvBool (default off) that carries the draft proposal q to decode."""
 RUST_SERVER_ENV: Final = "SGLANG_RUST_SERVER"

@@ -98,8 +98,10 @@ def test_assign_writes_ports_flags_and_the_routers_annotations() -> None:
         c.ANNOTATION_BOOTSTRAP_PORT: str(bootstrap),
         ports.ANNOTATION_WORKER_PORTS: str(http),
     }
-    # Probes name the port, so they follow it.
+    # Probes name the port, so they follow it; the preStop drain wait reads the server's metrics on the new port.
     assert container["readinessProbe"]["httpGet"]["port"] == "http"
+    hook = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[hook.index("--port") + 1] == str(http)
     (container,) = decode["spec"]["containers"]
     assert container["ports"] == [
         {"name": "http", "containerPort": ports.http_port(4), "hostPort": ports.http_port(4), "protocol": "TCP"}

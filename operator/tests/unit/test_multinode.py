@@ -171,9 +171,12 @@ def test_both_pod_templates_carry_everything_a_pool_pod_has() -> None:
         assert {k: v for k, v in template["spec"].items() if k != "containers"} == {
             k: v for k, v in server["spec"].items() if k != "containers"
         }
-        same = ("image", "imagePullPolicy", "resources", "securityContext", "volumeMounts", "lifecycle", "env")
+        same = ("image", "imagePullPolicy", "resources", "securityContext", "volumeMounts", "env")
         for key in same:
             assert _container(template).get(key) == _container(server).get(key), key
+    # The leader waits for its KV transfers before SIGTERM; a worker, which serves no API, only pauses.
+    assert group["leaderTemplate"]["spec"]["containers"][0]["lifecycle"] == _container(server)["lifecycle"]
+    assert _container(group["workerTemplate"])["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "5"]}}}
     leader = group["leaderTemplate"]
     assert leader["metadata"] == server["metadata"]
     assert {k: v for k, v in _container(leader).items() if k != "command"} == {

@@ -11,7 +11,7 @@ from disaggspec import constants as c
 from disaggspec.api import parse_service
 from disaggspec.config import OperatorConfig
 from disaggspec.render import lifecycle, render, sizing
-from disaggspec.sglang.profiles import PROFILES
+from disaggspec.sglang.profiles import DRAIN_WAIT_HELPER, PROFILES
 from tests.unit import deployments
 from tests.unit.dss_cases import edited
 
@@ -141,20 +141,31 @@ SMG_RECONCILE_DELAY = 1
 0.1.9 acts on the event itself."""
 
 
+def _prestop_flags(container: dict[str, Any]) -> dict[str, str]:
+    """The pool server's preStop hook, which must be the image's drain wait: its flags and values."""
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["python3", DRAIN_WAIT_HELPER]
+    return dict(zip(command[2::2], command[3::2], strict=True))
+
+
 def test_prestop_pause_covers_the_routers_not_readiness() -> None:
     # Both routers drop a pool pod at its deletionTimestamp, so the pause no longer waits out the readiness probe
-    # (3 x 10 s): it is a few seconds past the routers' reaction, the rest of the grace period is SGLang's drain.
+    # (3 x 10 s): it is a few seconds past the routers' reaction; then the wait for the server's KV transfers, and
+    # pause and wait take at most half of the grace period: the rest is SGLang's drain.
     for role in c.POOLS:
         spec = _deployment(_render(), role)["spec"]["template"]["spec"]
         container = spec["containers"][0]
-        pause = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+        flags = _prestop_flags(container)
+        pause = int(flags["--pause"])
         readiness = container["readinessProbe"]
         assert SMG_RECONCILE_DELAY < pause < readiness["periodSeconds"] * readiness["failureThreshold"]
         assert pause == lifecycle.PRESTOP_SECONDS == 5
+        assert flags["--port"] == str(container["ports"][0]["containerPort"])
         assert spec["terminationGracePeriodSeconds"] == 600
+        assert pause + int(flags["--bound"]) == 300
     short = _deployment(_render({"spec.prefill.lifecycle": {"drainSeconds": 30}}), c.ROLE_PREFILL)
     short_spec = short["spec"]["template"]["spec"]
-    assert int(short_spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1]) == 5
+    assert _prestop_flags(short_spec["containers"][0]) == {"--port": "30000", "--pause": "5", "--bound": "10"}
     assert short_spec["terminationGracePeriodSeconds"] == 30
 
 

@@ -63,7 +63,9 @@ class PoolLifecycle(SpecModel):
         ge=30,
         le=86400,
         description="How long a server pod may take to stop (terminationGracePeriodSeconds): first a preStop pause "
-        "that lets the router and the Service see the pod leave, then SGLang's own drain on SIGTERM, which finishes "
+        "that lets the router and the Service see the pod leave, then a wait (bounded so that pause and wait take at "
+        "most half of drainSeconds) until no KV transfer or bootstrap room involving the server is in flight, by "
+        "its own PD queue gauges, reported in its log; then SGLang's own drain on SIGTERM, which finishes "
         "the requests in flight before exiting. Long generations need a longer drain; SIGKILL ends whatever is "
         "left. The router's grace period is at least the larger drainSeconds of the two pools.",
     )
