@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -72,46 +72,69 @@ def routable(pods: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
-class PodSampler:
-    """Every 200 ms: GPUs held by the service's pool pods bound to a node (terminating ones included), and the
-    routable pods per pool (`routable`)."""
+class PodPoller:
+    """A thread that lists the service's pods (narrowed by `selector`) every `interval` seconds and hands each
+    listing to `sample`; a failed listing is a missing sample, not a reason to stop."""
+
+    interval = 0.2
+    selector = ""
 
     def __init__(self, api: KubeApi, name: str) -> None:
         self.api = api
         self.name = name
-        self.peak = 0
-        self.min_routable = {role: 10**6 for role in POOL_ROLES}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
+    def sample(self, pods: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
     def _loop(self) -> None:
-        while not self._stop.wait(0.2):
+        selector = ",".join(filter(None, [f"disaggspec.io/service={self.name}", self.selector]))
+        while not self._stop.wait(self.interval):
             try:
                 pods = self.api.request(
-                    "GET",
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    query={"labelSelector": f"disaggspec.io/service={self.name}"},
+                    "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": selector}
                 )["items"]
-            except Exception:  # a failed listing is a missing sample, not a reason to stop
+            except Exception:  # a failed listing is a missing sample
                 continue
-            held = sum(
-                int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
-                for pod in pods
-                if pod["spec"].get("nodeName") and pod.get("status", {}).get("phase") in ("Pending", "Running")
-                for c in pod["spec"]["containers"]
-            )
-            self.peak = max(self.peak, held)
-            for role, count in routable(pods).items():
-                self.min_routable[role] = min(self.min_routable[role], count)
+            self.sample(pods)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
 
     @contextmanager
-    def running(self) -> Iterator[PodSampler]:
-        self._thread.start()
+    def running(self) -> Iterator[Self]:
+        self.start()
         try:
             yield self
         finally:
-            self._stop.set()
-            self._thread.join()
+            self.stop()
+
+
+class PodSampler(PodPoller):
+    """Every 200 ms: GPUs held by the service's pool pods bound to a node (terminating ones included), and the
+    routable pods per pool (`routable`)."""
+
+    def __init__(self, api: KubeApi, name: str) -> None:
+        super().__init__(api, name)
+        self.peak = 0
+        self.min_routable = {role: 10**6 for role in POOL_ROLES}
+
+    def sample(self, pods: list[dict[str, Any]]) -> None:
+        held = sum(
+            int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+            for pod in pods
+            if pod["spec"].get("nodeName") and pod.get("status", {}).get("phase") in ("Pending", "Running")
+            for c in pod["spec"]["containers"]
+        )
+        self.peak = max(self.peak, held)
+        for role, count in routable(pods).items():
+            self.min_routable[role] = min(self.min_routable[role], count)
 
 
 def _service(replicas: int, load_seconds: float) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.perf.bench_capacity import TIME_SCALE_KEY, Ratio, lag_and_busy, predict, servers
 from e2e.perf.bench_layouts import free_port_base
-from e2e.perf.bench_rollout import NAMESPACE, POOL_ROLES, _rolled_out
+from e2e.perf.bench_rollout import NAMESPACE, POOL_ROLES, PodPoller, _rolled_out
 from e2e.serving.emulator.revision import MARKER
 from e2e.serving.kubeapi import KubeApi
 from e2e.serving.launch import EMULATOR_ANNOTATION_PREFIX
@@ -85,40 +85,23 @@ def build(replicas: int, scale: float, load_seconds: float) -> dict[str, Any]:
     return obj
 
 
-class RouterSampler:
+class RouterSampler(PodPoller):
     """Every second: ready router pods per spec fingerprint (revision), as (wall time, {fingerprint: count})."""
 
+    interval = 1.0
+    selector = f"{c.LABEL_ROLE}=router"
+
     def __init__(self, api: KubeApi, name: str) -> None:
-        self.api = api
-        self.name = name
+        super().__init__(api, name)
         self.samples: list[tuple[float, dict[str, int]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(1.0):
-            try:
-                pods = self.api.request(
-                    "GET",
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    query={"labelSelector": f"{c.LABEL_SERVICE}={self.name},{c.LABEL_ROLE}=router"},
-                )["items"]
-            except Exception:  # a failed listing is a missing sample
-                continue
-            counts = Counter(
-                str(p["metadata"]["labels"].get(c.LABEL_FINGERPRINT, "?"))
-                for p in pods
-                if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
-            )
-            self.samples.append((time.time(), dict(counts)))
-
-    def start(self) -> RouterSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def sample(self, pods: list[dict[str, Any]]) -> None:
+        counts = Counter(
+            str(p["metadata"]["labels"].get(c.LABEL_FINGERPRINT, "?"))
+            for p in pods
+            if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
+        )
+        self.samples.append((time.time(), dict(counts)))
 
 
 def windows(report: RunReport) -> list[dict[str, float]]:
