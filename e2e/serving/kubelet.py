@@ -788,7 +788,7 @@ class PodWorker:
         """Run the containers' preStop hooks (in parallel, within the grace period) before they get SIGTERM; a
         hook ends early when the runner stops or the pod vanishes."""
         pauses = []
-        hooks = []
+        waits: list[asyncio.Future[Any]] = []
         budget = max(0.0, self._deadline - time.monotonic() - MIN_GRACE)
         for container in containers:
             hook = (container.spec.get("lifecycle") or {}).get("preStop")
@@ -803,8 +803,7 @@ class PodWorker:
                     log(f"{self.key}/{container.name}: preStop {hook} cannot run here: not run")
                 continue
             log(f"{self.key}/{container.name}: preStop exec {shlex.join(argv)}")
-            hooks.append(asyncio.ensure_future(container.run_hook(argv, budget)))
-        waits = [*hooks]
+            waits.append(asyncio.ensure_future(container.run_hook(argv, budget)))
         if pauses:
             waits.append(asyncio.ensure_future(asyncio.sleep(min(max(pauses), budget))))
         if not waits:

@@ -24,8 +24,10 @@ from typing import Any, Literal
 
 import pytest
 
+from disaggspec.render.pool import CONTAINER
 from disaggspec.sglang.profiles import PROFILES
 from e2e.serving.continuous import continuous
+from e2e.serving.kubelet import log_path
 from e2e.serving.traffic import Load, Report, send
 from e2e.support.fixtures import Cluster, fresh_namespace, short_stem
 from e2e.support.planes import ServingPlane, serving_plane
@@ -403,7 +405,7 @@ PRESTOP_REPORT = re.compile(
 
 def _prestop_reports(plane: ServingPlane, namespace: str, pod: str) -> list[str]:
     """The preStop helper's report lines in a pool pod's container log."""
-    path = plane.logs / f"{namespace}_{pod}_sglang.log"
+    path = log_path(plane.logs, {"metadata": {"namespace": namespace, "name": pod}}, CONTAINER)
     text = path.read_text(errors="replace") if path.exists() else ""
     return [line for line in text.splitlines() if PRESTOP_REPORT.fullmatch(line)]
 

@@ -125,13 +125,17 @@ def transfer_wait_seconds(lifecycle: PoolLifecycle) -> int:
     return max(0, lifecycle.drain_seconds // 2 - prestop_seconds(lifecycle))
 
 
+DRAIN_WAIT_PORT_FLAG: Final = "--port"
+"""The server's HTTP port in the drain wait's command (`render.ports.assign` rewrites it with the pod's own port)."""
+
+
 def server_prestop(lifecycle: PoolLifecycle, port: int) -> dict[str, Any]:
     """A pool server container's `lifecycle`: the preStop hook pauses, then waits for the server's PD queues on its
     HTTP `port` (see the module docstring)."""
     command = [
         "python3",
         DRAIN_WAIT_HELPER,
-        "--port",
+        DRAIN_WAIT_PORT_FLAG,
         str(port),
         "--pause",
         str(prestop_seconds(lifecycle)),

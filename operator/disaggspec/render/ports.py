@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from disaggspec import constants as c
 from disaggspec.api.v1alpha1 import DisaggSpecServiceSpec, PoolSpec
+from disaggspec.render import lifecycle
 from disaggspec.sglang.profiles import profile_for
 
 LABEL_HOST_PORTS: Final = "disaggspec.io/host-ports"
@@ -58,8 +59,6 @@ SLOTS: Final = 73
 CONTAINER: Final = "sglang"
 HTTP_FLAG: Final = "--port"
 BOOTSTRAP_FLAG: Final = "--disaggregation-bootstrap-port"
-PRESTOP_PORT_FLAG: Final = "--port"
-"""The server's HTTP port in its preStop hook's command (`lifecycle.server_prestop`)."""
 
 
 def router_reads_pod_ports(spec: DisaggSpecServiceSpec) -> bool:
@@ -146,7 +145,7 @@ def assign(pod: dict[str, Any], slot: int) -> None:
         container["command"] = command
         hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec")
         if hook:  # the drain wait reads the server's /metrics on its HTTP port (`lifecycle.server_prestop`)
-            hook["command"] = _set_flag(list(hook.get("command") or []), PRESTOP_PORT_FLAG, http)
+            hook["command"] = _set_flag(list(hook.get("command") or []), lifecycle.DRAIN_WAIT_PORT_FLAG, http)
     annotations[ANNOTATION_WORKER_PORTS] = str(http)
 
 
