@@ -1,4 +1,4 @@
-"""Rollout under open-loop load (issue 32's acceptance benchmark): goodput per 10 s window through an image change.
+"""Rollout or scale-down under open-loop load (issue 32's acceptance benchmark): goodput per 10 s window through it.
 
 Run: `.venv/bin/python -m e2e.perf.bench_rollout_load --out /tmp/rollout-load [--baseline-source DIR] [--quick]`.
 
@@ -18,6 +18,11 @@ ready router pods per revision over time. It prints one table, writes rollout-lo
 (goodput per window, one line per operator x load, rollout start and end marked) under --out, and with --write-docs
 the table into docs/performance.md between `<!-- rollout-load:begin -->` and `<!-- rollout-load:end -->`. Prints
 figures, asserts nothing.
+
+`--change scale-down` scales both pools from --replicas to one pod fewer instead of bumping the image, waits until the
+removed pods are gone (their preStop and drain over), and also reports the removed pods' preStop lines (the drain wait
+of `images/sglang/drain_wait.py`; none with an operator before it, whose preStop was a plain pause); the files are
+scale-down-load.json/png and the docs block `<!-- scale-down-load:begin -->` ... `:end -->`.
 """
 
 from __future__ import annotations
@@ -60,8 +65,11 @@ from e2e.support.workloads import example, load
 
 REPO: Final = Path(__file__).resolve().parents[2]
 DOCS: Final = REPO / "docs" / "performance.md"
-BEGIN: Final = "<!-- rollout-load:begin -->"
-END: Final = "<!-- rollout-load:end -->"
+CHANGES: Final = ("image", "scale-down")
+"""What happens under the load: an image change (a rollout), or both pools scaled from --replicas to one pod fewer."""
+MARKERS: Final = {change: (f"<!-- {name}:begin -->", f"<!-- {name}:end -->") for change, name in
+                  (("image", "rollout-load"), ("scale-down", "scale-down-load"))}  # fmt: skip
+PRESTOP_MARK: Final = "[disaggspec preStop]"
 LOAD_SECONDS_KEY: Final = EMULATOR_ANNOTATION_PREFIX + "load-seconds"
 WINDOW: Final = 10
 """Goodput window, emulated seconds."""
@@ -102,6 +110,40 @@ class RouterSampler(PodPoller):
             if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
         )
         self.samples.append((time.time(), dict(counts)))
+
+
+def pool_pods(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    """The service's prefill and decode pods, terminating ones included."""
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", f"{c.LABEL_SERVICE}={name}", "-o", "json").stdout
+    )["items"]
+    return [p for p in pods if p["metadata"]["labels"].get(c.LABEL_ROLE) in POOL_ROLES]
+
+
+def change(cluster: Cluster, obj: dict[str, Any], old: str, args: argparse.Namespace) -> None:
+    """Apply `args.change` to the running service and wait until it is over: for an image change every pool pod left
+    runs the new spec and is ready; for a scale-down each pool has one pod fewer, the removed ones gone (their
+    preStop and drain over)."""
+    changed = copy.deepcopy(obj)
+    if args.change == "image":
+        changed["spec"]["sglang"]["image"] += "-bumped"
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(changed))
+        wait_for("rolled out", lambda: _rolled_out(cluster, obj, old), args.timeout, 0.5)
+        return
+    target = args.replicas - 1
+    for role in POOL_ROLES:
+        changed["spec"][role]["replicas"] = target
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(changed))
+    name = str(obj["metadata"]["name"])
+
+    def scaled() -> bool:
+        pods = pool_pods(cluster, name)
+        return all(
+            len(mine) == target and all(pod_ready(p) for p in mine)
+            for mine in ([p for p in pods if p["metadata"]["labels"][c.LABEL_ROLE] == r] for r in POOL_ROLES)
+        )
+
+    wait_for("scaled down", scaled, args.timeout, 0.5)
 
 
 def windows(report: RunReport) -> list[dict[str, float]]:
@@ -233,12 +275,9 @@ def measure(
                 # the old pods' loops under the baseline load (they are gone after the rollout)
                 lag0, busy0 = lag_and_busy([p for role in POOL_ROLES for p in pools[role]])
                 begin = (time.monotonic() - t0) / scale
-                bumped = copy.deepcopy(obj)
-                bumped["spec"]["sglang"]["image"] += "-bumped"
-                cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(bumped))
-                wait_for("rolled out", lambda: _rolled_out(cluster, obj, old), args.timeout, 0.5)
+                change(cluster, obj, old, args)
                 end = (time.monotonic() - t0) / scale
-                print(f"  rolled out in {end - begin:.0f} emulated s ({(end - begin) * scale:.0f} wall s)", flush=True)
+                print(f"  {args.change} done in {end - begin:.0f} emulated s ({(end - begin) * scale:.0f} wall s)")
                 time.sleep(args.tail * scale)
             finally:
                 stopped = (time.monotonic() - t0) / scale
@@ -248,6 +287,12 @@ def measure(
             now = {role: servers(cluster, NAMESPACE, name, role) for role in POOL_ROLES}
             lag1, busy1 = lag_and_busy([p for role in POOL_ROLES for p in now[role]])
             refusals = oracle_refusals(logs)
+            prestop = sorted(
+                line
+                for path in logs.glob(f"{NAMESPACE}_{name}-*.log")
+                for line in path.read_text(errors="replace").splitlines()
+                if line.startswith(PRESTOP_MARK)
+            )
         if "report" not in box:
             raise RuntimeError("the load generator did not finish")
         result = figures(box["report"], (begin, end), stopped, refusals)
@@ -262,6 +307,8 @@ def measure(
             "lag_share_before": round(lag0 / busy0, 4) if busy0 else None,
             "lag_share_new_pods": round(lag1 / busy1, 4) if busy1 else None,
             "routers": [((at - wall0) / scale, counts) for at, counts in routers.samples],
+            "change": args.change,
+            "prestop_reports": prestop,
             **result,
         }
     finally:
@@ -275,8 +322,8 @@ def measure(
 
 
 HEAD: Final = (
-    "| operator | load | offered req/s | baseline goodput req/s | min 10 s goodput / baseline | TTFT p99 during "
-    "rollout ms (SLA 2000) | failed / requests | cross-revision (client, logs) | rollout s | max routers | time scale |"
+    "| operator | load | offered req/s | baseline goodput req/s | min 10 s goodput / baseline | TTFT p99 during the "
+    "change ms (SLA 2000) | failed / requests | cross-revision (client, logs) | change s | max routers | time scale |"
 )
 
 
@@ -318,19 +365,21 @@ def plot_runs(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def write_docs(text: str, path: Path = DOCS) -> None:
-    """Replace the marked block of docs/performance.md with `text`."""
+def write_docs(text: str, change_: str, path: Path = DOCS) -> None:
+    """Replace the block of docs/performance.md marked for `change_` with `text`."""
+    begin_mark, end_mark = MARKERS[change_]
     doc = path.read_text()
-    start, end = doc.find(BEGIN), doc.find(END)
+    start, end = doc.find(begin_mark), doc.find(end_mark)
     if start < 0 or end < start:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} block")
-    path.write_text(doc[: start + len(BEGIN)] + "\n" + text.strip() + "\n" + doc[end:])
+        raise SystemExit(f"{path}: no {begin_mark} ... {end_mark} block")
+    path.write_text(doc[: start + len(begin_mark)] + "\n" + text.strip() + "\n" + doc[end:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("rollout-load-report"))
     parser.add_argument("--quick", action="store_true", help="this tree only, 70%% load, short windows")
+    parser.add_argument("--change", choices=CHANGES, default="image", help="what happens under the load")
     parser.add_argument("--replicas", type=int, default=4, help="prefill and decode pods each")
     parser.add_argument("--fractions", type=float, nargs="+", help="load / predicted capacity (default 0.7 0.9)")
     parser.add_argument("--time-scale", type=float, help="wall seconds per emulated second (default 16; quick 8)")
@@ -359,24 +408,37 @@ def main() -> None:
         runs.append(("baseline", str(Path(args.baseline_source).resolve())))
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
+    stem = MARKERS[args.change][0].removeprefix("<!-- ").removesuffix(":begin -->")
     index = 0
     for label, source in runs:
         for fraction in fractions:
             results.append(measure(label, source, fraction, args, args.port_base + 100 * index))
             index += 1
-            (args.out / "rollout-load.json").write_text(json.dumps(results, indent=2) + "\n")
-            plot_runs(results, args.out / "rollout-load.png")
+            (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+            plot_runs(results, args.out / f"{stem}.png")
             print(json.dumps({k: v for k, v in results[-1].items() if k not in ("windows", "routers")}), flush=True)
+    what = (
+        "an image change"
+        if args.change == "image"
+        else f"both pools scaled from {args.replicas} to {args.replicas - 1} pods"
+    )
     text = (
         f"{args.replicas} prefill + {args.replicas} decode pods of the EAGLE3 example, prompt {args.prompt_tokens} / "
         f"output {args.output_tokens} tokens, open-loop Poisson at a fraction of the predicted capacity through the "
-        f"router Service, {args.baseline:g} s of baseline load, then an image change; times in emulated seconds; "
+        f"router Service, {args.baseline:g} s of baseline load, then {what}; times in emulated seconds; "
         f"goodput per {WINDOW} s window against the baseline windows' mean.\n\n" + markdown(results)
     )
+    reports = [
+        f"- {r['operator']} at {r['fraction']:.0%}: "
+        + ("; ".join(f"`{line}`" for line in r["prestop_reports"]) or "none")
+        for r in results
+    ]
+    if args.change == "scale-down":
+        text += "\n\nThe removed pods' preStop reports (from their logs):\n\n" + "\n".join(reports)
     print("\n" + text)
-    print(f"wrote {args.out}/rollout-load.json and rollout-load.png")
+    print(f"wrote {args.out}/{stem}.json and {stem}.png")
     if args.write_docs:
-        write_docs(text)
+        write_docs(text, args.change)
         print(f"wrote the table into {DOCS}")
 
 
