@@ -19,6 +19,8 @@ from types import TracebackType
 
 REPO = Path(__file__).resolve().parents[2]
 WEBHOOK_CONFIGURATION = "disaggspec.io"
+START_SECONDS = 90
+"""How long a started operator may take to answer its health endpoint."""
 
 
 def operator_source() -> str:
@@ -80,14 +82,16 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         log.close()
-        deadline = time.monotonic() + 30
+        # Importing the operator (kopf, the Kubernetes client, pydantic) takes a few seconds alone, but make test runs
+        # three suites and the SGLang patch tests on 2 cores: one start once took over 30 s there, with nothing wrong.
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.log_tail()}")
             if self._healthy():
                 return self
             time.sleep(0.2)
-        raise RuntimeError(f"operator not ready after 30s:\n{self.log_tail()}")
+        raise RuntimeError(f"operator not ready after {START_SECONDS}s:\n{self.log_tail()}")
 
     def _healthy(self) -> bool:
         try:
