@@ -137,8 +137,14 @@ def service(name: str) -> dict[str, Any]:
     return obj
 
 
+PER_OBJECT_SECONDS = 6
+"""kubectl applies one object after the other and each create may wait out the webhook's 5 s timeout (a loaded 2-core
+CI machine took over 3 s per admission for a 50-service burst): the apply's bound grows with the objects."""
+
+
 def apply(cluster: Cluster, namespace: str, *objs: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objs))
+    timeout = max(120, PER_OBJECT_SECONDS * len(objs))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objs), timeout=timeout)
 
 
 def wait(description: str, predicate: Callable[[], object], timeout: float, process: OperatorProcess) -> float:
@@ -580,32 +586,54 @@ class StatusWatch:
 
 def test_burst_under_chart_service_account_never_degrades(plane: Plane, ns: str, log: Path) -> None:
     cluster = plane.cluster
-    with (
-        fresh_namespace(cluster, "burst") as workloads,
-        installed_operator(cluster, "local", ns, log) as installed,
-    ):
-        process = installed.process
-        assert process is not None
-        watcher = StatusWatch(cluster.kubeconfig, workloads).start()
-        try:
-            names = [f"burst-{i}" for i in range(BURST)]
-            started = time.monotonic()
-            apply(cluster, workloads, *(service(n) for n in names))
+    namespaces: list[str] = []
+    try:
+        with (
+            fresh_namespace(cluster, "burst") as workloads,
+            installed_operator(cluster, "local", ns, log) as installed,
+        ):
+            namespaces.append(workloads)
+            process = installed.process
+            assert process is not None
+            watcher = StatusWatch(cluster.kubeconfig, workloads).start()
+            try:
+                names = [f"burst-{i}" for i in range(BURST)]
+                started = time.monotonic()
+                apply(cluster, workloads, *(service(n) for n in names))
 
-            def all_ready() -> bool:
-                return all(watcher.ready.get(n) == "True" for n in names)
+                def all_ready() -> bool:
+                    return all(watcher.ready.get(n) == "True" for n in names)
 
-            took = wait(f"{BURST} services Ready", all_ready, 240, process)
-            print(f"{BURST} services Ready {took:.1f}s after the apply ({time.monotonic() - started:.1f}s in all)")
-            time.sleep(1)
-        finally:
-            watcher.stop()
-        assert watcher.error is None, watcher.error
-        assert not watcher.degraded, f"Degraded=True seen on {len(watcher.degraded)} services: {watcher.degraded}"
-        # RBAC refusals only: a 403 for an Event in a namespace being deleted (an earlier test's) is no RBAC gap.
-        text = (log / "operator.log").read_text(errors="replace")
-        refusals = re.findall(r'.*is forbidden: User "system:serviceaccount:.*', text)
-        assert not refusals, "\n".join(refusals[:5])
+                took = wait(f"{BURST} services Ready", all_ready, 240, process)
+                print(f"{BURST} services Ready {took:.1f}s after the apply ({time.monotonic() - started:.1f}s in all)")
+                time.sleep(1)
+            finally:
+                watcher.stop()
+            assert watcher.error is None, watcher.error
+            assert not watcher.degraded, f"Degraded=True seen on {len(watcher.degraded)} services: {watcher.degraded}"
+            # RBAC refusals only: a 403 for an Event in a namespace being deleted (an earlier test's) is no RBAC gap.
+            text = (log / "operator.log").read_text(errors="replace")
+            refusals = re.findall(r'.*is forbidden: User "system:serviceaccount:.*', text)
+            assert not refusals, "\n".join(refusals[:5])
+    finally:
+        for namespace in namespaces:
+            _await_namespace_gone(cluster, namespace, NAMESPACE_GONE_SECONDS)
+
+
+NAMESPACE_GONE_SECONDS = 180
+"""How long the burst's namespace (50 services, 600 children, their pods) may take to be collected: the next fault
+test stops the API server, and a collection still running then slowed its recovery past its bound in CI."""
+
+
+def _await_namespace_gone(cluster: Cluster, namespace: str, timeout: float) -> None:
+    """Wait (bounded) until `namespace` is deleted; the controller-manager's pace is not under test, so a namespace
+    still terminating is reported, not failed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+            return
+        time.sleep(2)
+    print(f"namespace {namespace} still terminating {timeout:.0f}s after the burst")
 
 
 # ---- h. a 25 s API server outage --------------------------------------------------------------------------------
