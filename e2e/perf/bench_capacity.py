@@ -70,7 +70,7 @@ from e2e.support.serving import apply_service, pod_runner, ready_pods, router_ur
 from e2e.support.workloads import LWS_WORKER_INDEX, ROLES, example, get, load
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD_FILE = REPO / "crds"
 DOCS = REPO / "docs" / "performance.md"
 BEGIN: Final = "<!-- capacity-table:begin -->"
 END: Final = "<!-- capacity-table:end -->"

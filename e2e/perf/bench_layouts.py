@@ -49,7 +49,7 @@ from e2e.support.serving import apply_service, pod_runner, ready_pods, router_ur
 from e2e.support.workloads import LWS_WORKER_INDEX, ROLES, example, get, host_network_service, load
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD_FILE = REPO / "crds"
 H100_NODES = 4
 """Each DeepSeek example takes four whole H100 nodes (a two-node prefill group and a two-node decode group)."""
 NODES = 6

@@ -49,7 +49,7 @@ from e2e.support.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "examples" / "llama-3.1-8b-eagle3.yaml"
-CRD = REPO / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD = REPO / "crds"
 NAMESPACE = "bench"
 OWNED = ("deployments", "services", "serviceaccounts", "roles", "rolebindings", "disaggspecservices")
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")

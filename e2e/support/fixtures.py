@@ -143,16 +143,21 @@ def cluster() -> Iterator[Cluster]:
         local.down()
 
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "disaggspecservices.disaggspec.io.yaml"
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds"
+"""Both CRDs: the DisaggSpecService and its per-pool scale target, the DisaggSpecPool."""
 CRD_NAME = "disaggspecservices.disaggspec.io"
+CRD_NAMES = (CRD_NAME, "disaggspecpools.disaggspec.io")
 
 
 def crd_established(cluster: Cluster) -> bool:
     # Right after a create, `.status.conditions` is still null and `kubectl wait` errors out: poll instead.
-    got = cluster.kubectl(
-        "get", "crd", CRD_NAME, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False
-    )
-    return got.stdout.strip() == "True"
+    for name in CRD_NAMES:
+        got = cluster.kubectl(
+            "get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False
+        )
+        if got.stdout.strip() != "True":
+            return False
+    return True
 
 
 def install_crd(cluster: Cluster) -> Cluster:

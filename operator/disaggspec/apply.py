@@ -79,7 +79,10 @@ POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionb
 JOB = Kind("batch/v1", "Job", "jobs")
 LEADER_WORKER_SET = Kind(c.LWS_API_VERSION, c.LWS_KIND, "leaderworkersets", optional=True)
 """Multi-node pools (`spec.<pool>.nodesPerInstance` > 1); the LeaderWorkerSet CRD and controller are a prerequisite."""
-# Every kind the operator renders, owns, watches and prunes.
+SCALE_TARGET = Kind(c.API_VERSION, c.POOL_KIND, c.POOL_PLURAL)
+"""The per-pool scale targets of spec.autoscaling (`scaletargets`): created once and never applied (only read and
+their status written), so the pass keeps them out of `sync`'s writes; pruned like any child once not wanted."""
+# Every kind the operator owns, watches and prunes (all rendered and applied, but the scale targets).
 OWNED_KINDS: tuple[Kind, ...] = (
     SERVICE_ACCOUNT,
     ROLE,
@@ -89,6 +92,7 @@ OWNED_KINDS: tuple[Kind, ...] = (
     DEPLOYMENT,
     JOB,
     LEADER_WORKER_SET,
+    SCALE_TARGET,
 )
 KINDS_BY_NAME = {(k.api_version, k.kind): k for k in OWNED_KINDS}
 DSS_RESOURCE = Kind(c.API_VERSION, c.KIND, c.PLURAL)

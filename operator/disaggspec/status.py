@@ -19,7 +19,14 @@ import pydantic
 
 from disaggspec import conditions as r
 from disaggspec import constants as c
-from disaggspec.api.v1alpha1 import Condition, DisaggSpecServiceStatus, PoolStatus, RevisionStatus, SpecDecodeStatus
+from disaggspec.api.v1alpha1 import (
+    AutoscalingStatus,
+    Condition,
+    DisaggSpecServiceStatus,
+    PoolStatus,
+    RevisionStatus,
+    SpecDecodeStatus,
+)
 from disaggspec.conditions import ConditionReason
 from disaggspec.rejection import Rejection
 from disaggspec.servinghealth.judge import NOT_MEASURED, Verdict
@@ -81,6 +88,8 @@ class Observation:
     """Older revisions still present: the rollout is not finished."""
     desired: Mapping[str, int] | None = None
     """The spec's replicas per role; None: each current Deployment's own."""
+    autoscaling: AutoscalingStatus | None = None
+    """The pools' scale targets and the planner (`scaletargets`, `autoscale`); None without spec.autoscaling."""
 
 
 def pool_status(
@@ -335,6 +344,7 @@ def _status(
         endpoint=observation.endpoint,
         spec_decode=spec_decode,
         revisions=list(observation.revisions),
+        autoscaling=observation.autoscaling,
     )
 
 

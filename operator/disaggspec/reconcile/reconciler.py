@@ -34,10 +34,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disaggspec import apply, childrefusal, metrics, render, rollout, status
+from disaggspec import apply, childrefusal, metrics, render, rollout, scaletargets, status
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecService, DisaggSpecServiceStatus
+from disaggspec.api.v1alpha1 import AutoscalingStatus, PlannerDecisionStatus
 from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import events, guards
 from disaggspec.reconcile.guards import ApiMissing, Guards, ServiceKey, Stale
@@ -54,6 +55,9 @@ RuntimeHealthFn = Callable[[str, str], Verdict]
 """(namespace, service name) -> the latest runtime-health verdict; never does I/O."""
 EventFn = Callable[[dict[str, Any], str, str, str], None]
 """(object, type Normal|Warning, reason, message) -> None."""
+PlannerFn = Callable[[str, str], tuple[PlannerDecisionStatus | None, dict[str, Any] | None]]
+"""(namespace, service name) -> the planner's last decision and what it learned, from memory (None, None: nothing
+yet in this process, so status keeps what it holds); never does I/O."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ class Outcome:
     failed: Exception | None = None
     """What the write stage raises at the end of the pass (the work queue retries)."""
     result: apply.SyncResult = field(default_factory=apply.SyncResult)
+    targets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The live scale targets by role (`scaletargets`)."""
+    sizes: Mapping[str, scaletargets.PoolScale] = field(default_factory=dict)
+    """Each pool's size under spec.autoscaling (empty without it); `service` already runs at these sizes."""
 
     @property
     def key(self) -> ServiceKey:
@@ -124,6 +132,26 @@ def model_cache_observation(
     return status.ModelCacheObservation(name, job)
 
 
+def _pool_pods(revisions: Mapping[str, rollout.LiveRevision]) -> dict[str, tuple[int, int]]:
+    """(pods, ready pods) of each pool over every revision: what the pool runs, for its scale target's status."""
+    return {
+        role: (
+            sum(revision.count(role).pods for revision in revisions.values()),
+            sum(revision.count(role).ready for revision in revisions.values()),
+        )
+        for role in c.POOLS
+    }
+
+
+def _status_patch(new: DisaggSpecServiceStatus, previous: DisaggSpecServiceStatus | None) -> dict[str, Any]:
+    """The merge patch that makes the status `new`: a top-level field `previous` had and `new` lacks (the
+    autoscaling block once spec.autoscaling is unset) is sent as null, which a merge patch needs to remove it."""
+    wire = new.to_wire()
+    for key in previous.to_wire() if previous is not None else {}:
+        wire.setdefault(key, None)
+    return wire
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -141,6 +169,7 @@ class Reconciler:
         clock: Callable[[], str] = _now,
         runtime_health: RuntimeHealthFn | None = None,
         availability: ApiAvailability | None = None,
+        planner: PlannerFn | None = None,
     ):
         self.client = client
         self.config = config
@@ -152,6 +181,8 @@ class Reconciler:
         """Which optional APIs the cluster serves (fed by the informers)."""
         self.runtime_health: RuntimeHealthFn = runtime_health or (lambda namespace, name: NOT_MEASURED)
         """The latest runtime-health verdict of a service (`servinghealth.Monitor.verdict`): an in-memory read."""
+        self.planner: PlannerFn = planner or (lambda namespace, name: (None, None))
+        """The planner's last decision and learned capacity of a service: an in-memory read."""
         self.guards = Guards()
         """Holds and rolled-back children per service; touched only under the service's lock."""
         self._locks: dict[ServiceKey, threading.Lock] = {}
@@ -245,6 +276,10 @@ class Reconciler:
         if rejection or service is None or outcome.denied or meta.get("deletionTimestamp"):
             return outcome
         try:
+            # Under spec.autoscaling the pools run the scale targets' sizes: everything below sees them as replicas.
+            targets = scaletargets.live_targets(name, live)
+            service, sizes = scaletargets.scaled(service, targets)
+            outcome = dataclasses.replace(outcome, service=service, targets=targets, sizes=sizes)
             fingerprint = render.fingerprint(service)
             endpoint = render.endpoint(service)
             previous_revisions = outcome.previous.revisions if outcome.previous is not None else []
@@ -324,7 +359,15 @@ class Reconciler:
                 creating=guards.creates(desired, live),
             )
             kept = outcome.plan.kept(outcome.revisions) if outcome.plan is not None else []
+            # The scale targets are only read by the pass (their replicas belong to the autoscaler): never applied,
+            # pruned with the other children once spec.autoscaling is unset.
+            kept = [*kept, *(dict(target) for target in outcome.targets.values())] if outcome.sizes else kept
             apply.sync(self.client, outcome.body, desired, live, result=result, keep=kept)
+            if outcome.sizes:
+                pods = _pool_pods(outcome.revisions)
+                result.applied.extend(
+                    scaletargets.sync(self.client, outcome.body, service, outcome.targets, outcome.sizes, pods)
+                )
         except apply.ChildrenRefused as error:
             how = childrefusal.ROLLED_BACK if error.rolled_back else childrefusal.NOTHING_APPLIED
             refused = childrefusal.explain(error.refusals, desired, outcome.body.get("spec"), how)
@@ -381,8 +424,24 @@ class Reconciler:
             held=plan.held if plan is not None else None,
             draining=plan.draining if plan is not None else (),
             desired=rollout.desired_replicas(service) if plan is not None and service is not None else None,
+            autoscaling=self._autoscaling_status(outcome) if outcome.sizes else None,
         )
         return status.compute(observation, previous, self.clock())
+
+    def _autoscaling_status(self, outcome: Outcome) -> AutoscalingStatus:
+        """The sizes, and the planner's last decision and learning (what status holds until this process has its
+        own, so a restart or a failover keeps them)."""
+        namespace, name = outcome.key
+        decision, learned = self.planner(namespace, name)
+        held = outcome.previous.autoscaling if outcome.previous is not None else None
+        scaling = outcome.service.spec.autoscaling if outcome.service is not None else None
+        return AutoscalingStatus(
+            mode=scaling.mode if scaling is not None else None,
+            prefill=outcome.sizes[c.ROLE_PREFILL].status(),
+            decode=outcome.sizes[c.ROLE_DECODE].status(),
+            last_decision=decision or (held.last_decision if held is not None else None),
+            learned=learned or (held.learned if held is not None else None),
+        )
 
     # ---- 4. publish ---------------------------------------------------------------------------------------------
 
@@ -392,7 +451,7 @@ class Reconciler:
         written = status.changed(new, outcome.previous)
         if written:
             try:
-                updated = self.client.patch_status(namespace, name, new.to_wire())
+                updated = self.client.patch_status(namespace, name, _status_patch(new, outcome.previous))
             except apply.ApiError as error:
                 if error.status != 404:
                     raise

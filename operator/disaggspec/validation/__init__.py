@@ -18,7 +18,7 @@ multi-node pools and env), `extra_args` (both extraArgs lists against the releas
 `content` (image references, model strings, object names and paths), `resources` (container resource names and
 quantities), `pod_shape` (labels, annotations, node selector, tolerations), `speculative` (prefill and decode agree;
 each pool's settings), `versions` (what depends on spec.sglang.version), `engine`, `transfer`, `model` and
-`transitions` (update-only rules).
+`transitions` (update-only rules), `rollout` and `autoscaling`.
 `_core` holds the row types and the shared rule shapes, `_cel` the CEL building blocks. This module assembles the table
 in its order.
 """
@@ -29,6 +29,7 @@ from typing import Final
 
 from disaggspec.api.v1alpha1 import DisaggSpecService
 from disaggspec.validation import (
+    autoscaling,
     content,
     engine,
     extra_args,
@@ -112,6 +113,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *resources.RULES,
     *pod_shape.RULES,
     *rollout.RULES,
+    *autoscaling.RULES,
 )
 """Every rule over one object, in the order violations are reported (and docs/reference/rules.md lists them)."""
 

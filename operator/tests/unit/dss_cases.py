@@ -43,6 +43,14 @@ def _par(tp: int, **parallelism: Any) -> dict[str, Any]:
     return {"tensorParallelSize": tp, "parallelism": parallelism}
 
 
+_PLANNER: Final[dict[str, Any]] = {"ttftMilliseconds": 2000, "itlMilliseconds": 50}
+
+
+def _scaling(mode: str = "External", **blocks: Any) -> dict[str, Any]:
+    """A spec.autoscaling block: both pools 1..4 unless `blocks` says otherwise (a planner block too)."""
+    return {"mode": mode, "prefill": {"maxReplicas": 4}, "decode": {"maxReplicas": 4}, **blocks}
+
+
 def edited(edits: Mapping[str, Any], base: Mapping[str, Any] = BASE) -> dict[str, Any]:
     """A deep copy of `base` with each dotted path set to its value (or removed when the value is DELETE)."""
     obj = copy.deepcopy(dict(base))
@@ -961,11 +969,54 @@ RULE_CASES: Final[tuple[Case, ...]] = (
     # ---- rollout -------------------------------------------------------------------------------------------------
     Case("rollout-no-budget", {"spec.rollout": {"maxSurge": 0, "maxUnavailable": 0}}, "rollout-budget"),
     Case("rollout-no-surge-default-unavailable", {"spec.rollout": {"maxSurge": 0}}, "rollout-budget"),
+    # ---- autoscaling ---------------------------------------------------------------------------------------------
+    Case(
+        "autoscaling-min-above-max",
+        {"spec.autoscaling": _scaling(decode={"minReplicas": 4, "maxReplicas": 2})},
+        "autoscaling-limits-ordered",
+        also=frozenset({"autoscaling-initial-replicas"}),
+    ),
+    Case("autoscaling-planner-missing", {"spec.autoscaling": _scaling(mode="Planner")}, "autoscaling-planner-mode"),
+    Case(
+        "autoscaling-planner-with-external",
+        {"spec.autoscaling": _scaling(planner=_PLANNER)},
+        "autoscaling-planner-mode",
+    ),
+    Case(
+        "autoscaling-ratio-band-inverted",
+        {
+            "spec.autoscaling": _scaling(
+                mode="Planner", planner={**_PLANNER, "prefillDecodeRatio": {"min": 2, "max": 1}}
+            )
+        },
+        "autoscaling-ratio-band",
+    ),
+    Case(
+        "autoscaling-initial-replicas-above-max",
+        {"spec.autoscaling": _scaling(decode={"maxReplicas": 2}), "spec.decode.replicas": 3},
+        "autoscaling-initial-replicas",
+    ),
+    Case(
+        "autoscaling-initial-replicas-below-min",
+        {"spec.autoscaling": _scaling(prefill={"minReplicas": 2, "maxReplicas": 4})},
+        "autoscaling-initial-replicas",
+    ),
     *PARALLELISM_CASES,
 )
 
 
 SCHEMA_CASES: Final[tuple[Case, ...]] = (
+    Case(
+        "autoscaling-ratio-above-bound",
+        {"spec.autoscaling": _scaling(mode="Planner", planner={**_PLANNER, "prefillDecodeRatio": {"min": 65}})},
+        schema_error="less than or equal to 64",
+    ),
+    Case("autoscaling-mode-unknown", {"spec.autoscaling": _scaling(mode="Keda")}, schema_error="Unsupported value"),
+    Case(
+        "autoscaling-max-missing",
+        {"spec.autoscaling": {"mode": "External", "prefill": {}, "decode": {}}},
+        schema_error="Required value",
+    ),
     Case(
         "parallelism-dp-size-one",
         {"spec.prefill": _par(8, dataParallelAttention={"size": 1})},
@@ -1141,6 +1192,15 @@ SCHEMA_CASES: Final[tuple[Case, ...]] = (
 
 VALID_CASES: Final[tuple[Case, ...]] = (
     Case("base", {}),
+    Case("autoscaling-external", {"spec.autoscaling": _scaling(), "spec.decode.replicas": 4}),
+    Case(
+        "autoscaling-planner",
+        {
+            "spec.autoscaling": _scaling(
+                mode="Planner", planner={**_PLANNER, "prefillDecodeRatio": {"min": 0.25, "max": 1}}
+            )
+        },
+    ),
     Case(
         "parallelism-dp-ep-different-layouts",
         {

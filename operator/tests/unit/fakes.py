@@ -148,6 +148,10 @@ class FakeClient(apply.Client):
             self.requests.append((method, path))
             if method == "PATCH" and content_type == "application/json-patch+json":
                 return self._json_patch(path, body)
+            if method == "PATCH" and content_type == "application/merge-patch+json" and path.endswith("/status"):
+                return self._merge_status(path.removesuffix("/status"), body)
+            if method == "POST":
+                return self._post(path, body)
             if method != "GET":
                 raise NotImplementedError(f"FakeClient: {method} {path}")
             obj = self.objects.get(path)
@@ -164,6 +168,34 @@ class FakeClient(apply.Client):
         if path in self.objects:
             raise apply.ApiError(409, "POST", collection, "already exists", reason="AlreadyExists")
         return copy.deepcopy(body)
+
+    def _post(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A create: 409 AlreadyExists for an existing name."""
+        path = f"{collection}/{body['metadata']['name']}"
+        if path in self.objects:
+            raise apply.ApiError(409, "POST", collection, "already exists", reason="AlreadyExists")
+        stored = copy.deepcopy(body)
+        stored["metadata"].update(uid=f"uid-{next(self._uids)}", generation=1)
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[path] = stored
+        return copy.deepcopy(stored)
+
+    def _merge_status(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of an object's status subresource (only `status` changes)."""
+        if path not in self.objects:
+            raise apply.ApiError(404, "PATCH", path, "not found")
+        obj = self.objects[path]
+        obj["status"] = merge_patch(obj.get("status"), body["status"])
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        return copy.deepcopy(obj)
+
+    def scale(self, path: str, replicas: int) -> None:
+        """Play an autoscaler: set spec.replicas through /scale (generation bumped, as for a spec change)."""
+        with self._lock:
+            obj = self.objects[path]
+            obj["spec"]["replicas"] = replicas
+            obj["metadata"]["generation"] += 1
+            obj["metadata"]["resourceVersion"] = str(next(self._versions))
 
     def _json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         """RFC 6902 test, add and remove (what the operator sends), all or nothing."""

@@ -119,7 +119,13 @@ def required_in_namespace() -> set[Rule]:
     # apply (PATCH, create when absent); prune (DELETE).
     verbs = ("get", "list", "watch", "create", "patch", "delete")
     for kind in apply.OWNED_KINDS:
-        need |= {(_group(kind.api_version), kind.plural, v, "") for v in verbs}
+        if kind is not apply.SCALE_TARGET:
+            need |= {(_group(kind.api_version), kind.plural, v, "") for v in verbs}
+    # The scale targets are never applied: watched and read, created once, pruned; their status written, and their
+    # size set through /scale by the planner.
+    target = apply.SCALE_TARGET
+    need |= {(_group(target.api_version), target.plural, v, "") for v in ("get", "list", "watch", "create", "delete")}
+    need |= {(_group(target.api_version), f"{target.plural}/{sub}", "patch", "") for sub in ("status", "scale")}
     # The router Role's permissions (escalation prevention).
     need |= {(g, r, v, "") for g, r, v in router_role_permissions()}
     # Events (apply.Client.post_event and kopf's posting: core/v1 both).
@@ -421,8 +427,8 @@ def test_schema_rejects_bad_values(bad: str) -> None:
     assert "schema" in result.stderr.lower() or "values don't meet" in result.stderr.lower()
 
 
-def test_chart_crd_is_the_generated_copy() -> None:
-    crd = "disaggspecservices.disaggspec.io.yaml"
+@pytest.mark.parametrize("crd", ["disaggspecservices.disaggspec.io.yaml", "disaggspecpools.disaggspec.io.yaml"])
+def test_chart_crd_is_the_generated_copy(crd: str) -> None:
     assert (CHART / "crds" / crd).read_bytes() == (REPO / "crds" / crd).read_bytes()
 
 

@@ -101,9 +101,13 @@ def test_a_new_service_gets_every_child_and_a_progressing_status() -> None:
 
     child_writes = [path for method, path in client.writes if path != _status_path()]
     assert len(child_writes) == CHILD_COUNT
-    # Every owned kind but the model cache's fill Job, which only a claim-backed spec.model.cache renders, and the
-    # LeaderWorkerSet, which only a multi-node pool renders.
-    owned = {k.kind for k in apply.OWNED_KINDS} - {apply.JOB.kind, apply.LEADER_WORKER_SET.kind}
+    # Every owned kind but the model cache's fill Job, which only a claim-backed spec.model.cache renders, the
+    # LeaderWorkerSet, which only a multi-node pool renders, and the scale targets, which only spec.autoscaling makes.
+    owned = {k.kind for k in apply.OWNED_KINDS} - {
+        apply.JOB.kind,
+        apply.LEADER_WORKER_SET.kind,
+        apply.SCALE_TARGET.kind,
+    }
     assert {obj["kind"] for obj in client.children(NAMESPACE, NAME)} == owned
     assert client.writes[-1] == ("PATCH", _status_path())
     # A service without status never had children: the only read is the service itself (the cache was cold).

@@ -10,7 +10,8 @@ on both pools by construction; only what a pool may override (its `speculative` 
 One module per block of the spec, each importing only the blocks below it: `base` (base models, bounds, shared types),
 `model` (spec.sglang, spec.model), `speculative`, `podspec` (the Pod-spec pieces a pool passes through), `parallelism`
 (a pool's DP attention and expert parallelism), `pools` (spec.prefill, spec.decode), `transfer` (spec.transfer,
-spec.engine), `router` (spec.router, spec.rollout), `status`, and `service` (the spec root and the object). Import from
+spec.engine), `router` (spec.router, spec.rollout), `autoscaling` (spec.autoscaling and the per-pool scale target
+`DisaggSpecPool`), `status`, and `service` (the spec root and the object). Import from
 here, never from a block module: this package is the API's one public path, and every model's `__module__` says so (as
 `collections.abc` does for its classes), so class reprs and the tools that collect the models by module (`tools.crd`,
 `tools.docs`) see one module. The API's group, version, kind and plural are defined in `disaggspec.constants` and
@@ -19,6 +20,18 @@ re-exported here.
 
 from __future__ import annotations
 
+from disaggspec.api.v1alpha1.autoscaling import (
+    MAX_POOL_REPLICAS,
+    POOL_SHORT_NAMES,
+    POOL_SINGULAR,
+    AutoscalingMode,
+    AutoscalingSpec,
+    DisaggSpecPoolSpec,
+    DisaggSpecPoolStatus,
+    PlannerSpec,
+    PoolScaleLimits,
+    PrefillDecodeRatio,
+)
 from disaggspec.api.v1alpha1.base import (
     ConfigKey,
     FreeForm,
@@ -110,9 +123,12 @@ from disaggspec.api.v1alpha1.speculative import (
     SpeculativeSpec,
 )
 from disaggspec.api.v1alpha1.status import (
+    AutoscalingStatus,
     Condition,
     ConditionStatus,
     DisaggSpecServiceStatus,
+    PlannerDecisionStatus,
+    PoolScaleStatus,
     PoolStatus,
     RevisionPoolStatus,
     RevisionStatus,
@@ -128,7 +144,7 @@ from disaggspec.api.v1alpha1.transfer import (
     TransferBackend,
     TransferSpec,
 )
-from disaggspec.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from disaggspec.constants import API_VERSION, GROUP, KIND, PLURAL, POOL_KIND, POOL_PLURAL, VERSION
 
 __all__ = [
     "API_VERSION",
@@ -143,9 +159,14 @@ __all__ = [
     "MAX_GPUS_PER_POD",
     "MAX_NODES_PER_INSTANCE",
     "MAX_PARALLEL_SIZE",
+    "MAX_POOL_REPLICAS",
     "MAX_REDUNDANT_EXPERTS",
     "MAX_TENSOR_PARALLEL_SIZE",
     "PLURAL",
+    "POOL_KIND",
+    "POOL_PLURAL",
+    "POOL_SHORT_NAMES",
+    "POOL_SINGULAR",
     "ROUTER_METRICS_PORT",
     "SHORT_NAMES",
     "SINGULAR",
@@ -153,6 +174,9 @@ __all__ = [
     "A2ABackend",
     "Affinity",
     "Algorithm",
+    "AutoscalingMode",
+    "AutoscalingSpec",
+    "AutoscalingStatus",
     "CacheClaim",
     "CacheVolume",
     "Condition",
@@ -160,6 +184,8 @@ __all__ = [
     "ConfigKey",
     "DataParallelAttention",
     "DeepEPMode",
+    "DisaggSpecPoolSpec",
+    "DisaggSpecPoolStatus",
     "DisaggSpecService",
     "DisaggSpecServiceSpec",
     "DisaggSpecServiceStatus",
@@ -194,13 +220,18 @@ __all__ = [
     "ObjectMeta",
     "ParallelismSpec",
     "PersistentVolumeClaimVolume",
+    "PlannerDecisionStatus",
+    "PlannerSpec",
     "PodAffinity",
     "PodAffinityTerm",
     "PoolLifecycle",
+    "PoolScaleLimits",
+    "PoolScaleStatus",
     "PoolSpec",
     "PoolSpeculativeSpec",
     "PoolStatus",
     "PreferredSchedulingTerm",
+    "PrefillDecodeRatio",
     "PullPolicy",
     "Quantity",
     "QuantityMap",

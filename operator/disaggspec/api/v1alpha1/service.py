@@ -9,6 +9,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from disaggspec.api.v1alpha1.autoscaling import AutoscalingSpec
 from disaggspec.api.v1alpha1.base import SpecModel
 from disaggspec.api.v1alpha1.model import ModelSpec, SGLangSpec
 from disaggspec.api.v1alpha1.pools import PoolSpec
@@ -40,6 +41,12 @@ class DisaggSpecServiceSpec(SpecModel):
         default_factory=RolloutSpec,
         description="How a change of the must-match settings rolls out as a new revision, and how a rolling update "
         "within one revision surges.",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        description="Size the pools with an autoscaler instead of spec.<pool>.replicas: per-pool DisaggSpecPool "
+        "scale targets for kubectl scale, HPA or KEDA (mode External), or the operator's SLA planner (mode "
+        "Planner). spec.<pool>.replicas is then only the scale target's initial value. Unset: no autoscaling.",
     )
 
 

@@ -129,6 +129,41 @@ class SpecDecodeStatus(StatusModel):
     )
 
 
+class PoolScaleStatus(StatusModel):
+    """One pool under autoscaling: what its scale target asks and what the pool runs."""
+
+    target: int | None = Field(
+        default=None, ge=0, description="The DisaggSpecPool's spec.replicas (unset until the scale target exists)."
+    )
+    replicas: int = Field(default=0, ge=0, description="What the pool runs: target clamped to the limits.")
+    min_replicas: int = Field(default=1, ge=0, description="spec.autoscaling.<pool>.minReplicas.")
+    max_replicas: int = Field(default=1, ge=0, description="spec.autoscaling.<pool>.maxReplicas.")
+
+
+class PlannerDecisionStatus(StatusModel):
+    """The planner's last change of a pool's size."""
+
+    time: str = Field(description="When it decided (RFC 3339).", json_schema_extra={"format": "date-time"})
+    message: str = Field(max_length=_MAX_STR, description="What it changed and the inputs that drove it.")
+
+
+class AutoscalingStatus(StatusModel):
+    """The pools' sizes under spec.autoscaling, and the planner's last decision and what it learned."""
+
+    mode: str | None = Field(default=None, max_length=32, description="spec.autoscaling.mode, as last applied.")
+    prefill: PoolScaleStatus | None = Field(default=None, description="The prefill pool.")
+    decode: PoolScaleStatus | None = Field(default=None, description="The decode pool.")
+    last_decision: PlannerDecisionStatus | None = Field(
+        default=None, description="The planner's last change (mode Planner)."
+    )
+    learned: dict[str, Any] | None = Field(
+        default=None,
+        description="What the planner learned of the servers' capacity from the service's own traffic, kept here "
+        "so a restarted operator or a new leader keeps it (mode Planner).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class DisaggSpecServiceStatus(StatusModel):
     """What the operator last observed."""
 
@@ -157,6 +192,9 @@ class DisaggSpecServiceStatus(StatusModel):
         max_length=16,
         description="Every revision with children, the current one first: during a rollout the new revision and the "
         "ones it replaces.",
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The pools' scale targets and the planner (only with spec.autoscaling)."
     )
 
     def to_wire(self) -> dict[str, Any]:
