@@ -24,10 +24,25 @@ dataParallelAttention`) the poll is all-reduced over each DP group's attention-T
 its own requests and labels its series `dp_rank` (0.5.2 managers/scheduler_metrics_mixin.py:60-61; 0.5.23
 observability/metrics_collector.py:1391-1392): the server's count is the sum over `dp_rank` of each group's largest
 series (one group, no label, without DP).
+
+The load signals the SLA planner reads (`disaggspec.autoscale`): `sglang:prompt_tokens_total` (counter, 0.5.2 :624,
+0.5.23 :1856; counted once per finished request by the tokenizer manager, 0.5.2 :825, 0.5.23 :2109), summed like the
+request counters; the scheduler gauges `sglang:num_running_reqs` (0.5.2 :187, 0.5.23 :365), `sglang:num_queue_reqs`
+(:217, :371), `sglang:gen_throughput` (:211, :383) and the PD queues `sglang:num_prefill_prealloc_queue_reqs` (0.5.2
+:257; renamed `sglang:num_prefill_bootstrap_queue_reqs` in 0.5.23, :583: the same bootstrap queue),
+`sglang:num_decode_prealloc_queue_reqs` (:269, :595), `sglang:num_decode_transfer_queue_reqs` (:275, :601), summed over
+their series: the scheduler exports them once per DP group (attention-TP rank 0, label `dp_rank`), so the sum is the
+server's. 0.5.23 with priority scheduling also exports each queue gauge broken down by a non-empty `priority` label
+beside the total (`priority=""`; observability/metrics_collector.py:1417-1428 `_log_gauge_queue_count`): those
+breakdown series are skipped, or every request would count twice. `sglang:num_prefill_inflight_queue_reqs` is not
+read: its requests have been prefilled and only wait for their KV transfer to end. `sglang:token_usage` (:199, :405:
+the used share of the KV pool, each DP group its own pool) is the largest series: the fullest pool is the one that
+retracts or stops admitting first.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
@@ -39,9 +54,22 @@ GENERATION_TOKENS: Final = "sglang:generation_tokens_total"
 REQUESTS: Final = "sglang:num_requests_total"
 BOOTSTRAP_FAILED: Final = "sglang:num_bootstrap_failed_reqs_total"
 TRANSFER_FAILED: Final = "sglang:num_transfer_failed_reqs_total"
+PROMPT_TOKENS: Final = "sglang:prompt_tokens_total"
+RUNNING: Final = "sglang:num_running_reqs"
+QUEUED: Final = "sglang:num_queue_reqs"
+PD_QUEUES: Final = (
+    "sglang:num_prefill_prealloc_queue_reqs",  # 0.5.2
+    "sglang:num_prefill_bootstrap_queue_reqs",  # 0.5.23: the same queue renamed
+    "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
+)
+GEN_THROUGHPUT: Final = "sglang:gen_throughput"
+TOKEN_USAGE: Final = "sglang:token_usage"
 
 _GAUGES: Final = (ACCEPT_LENGTH, ACCEPT_RATE)
-_COUNTERS: Final = (VERIFY_CALLS, GENERATION_TOKENS, REQUESTS)
+_COUNTERS: Final = (VERIFY_CALLS, GENERATION_TOKENS, REQUESTS, PROMPT_TOKENS)
+_QUEUE_GAUGES: Final = (RUNNING, QUEUED, *PD_QUEUES)
+"""Exported as a total plus, in 0.5.23 with priority scheduling, one series per priority (skipped)."""
 PER_SERVER: Final = (BOOTSTRAP_FAILED, TRANSFER_FAILED)
 """Counted by every TP rank: the pod's value is its largest series (see the module docstring)."""
 
@@ -57,6 +85,18 @@ class PodSample:
     requests: float | None = None
     bootstrap_failed: float | None = None
     transfer_failed: float | None = None
+    prompt_tokens: float | None = None
+    running: float | None = None
+    """Requests in the running batch (decode) or the last prefill batch, summed over DP groups."""
+    queued: float | None = None
+    """Requests in SGLang's waiting queue: prefill, bootstrapped but not prefilled yet; decode, KV arrived but no
+    place in the running batch yet."""
+    pd_queued: float | None = None
+    """Requests in the PD queues: a prefill's bootstrap queue, a decode's pre-allocation and transfer queues."""
+    gen_throughput: float | None = None
+    """Tokens per second generated over the scheduler's last decode log interval (0 once idle)."""
+    token_usage: float | None = None
+    """Used share of the fullest KV pool, 0 to 1."""
 
     @property
     def failures(self) -> float:
@@ -64,7 +104,7 @@ class PodSample:
         return (self.bootstrap_failed or 0.0) + (self.transfer_failed or 0.0)
 
 
-_WANTED: Final = frozenset(_GAUGES + _COUNTERS + PER_SERVER)
+_WANTED: Final = frozenset((*_GAUGES, *_COUNTERS, *PER_SERVER, *_QUEUE_GAUGES, GEN_THROUGHPUT, TOKEN_USAGE))
 
 
 def parse(text: str) -> PodSample:
@@ -93,6 +133,10 @@ def parse(text: str) -> PodSample:
         if not fields:
             raise ValueError(f"a sample without a value: {line[:80]!r}")
         value = float(fields[0])
+        if name in _QUEUE_GAUGES and end == brace and _label(line[end:], "priority"):
+            continue  # a per-priority breakdown of the total (0.5.23), which is its own series
+        if name == TOKEN_USAGE:
+            largest[(name, "")] = max(value, largest.get((name, ""), value))
         sums[name] += value
         counts[name] += 1
         if name in PER_SERVER:
@@ -111,6 +155,10 @@ def parse(text: str) -> PodSample:
         groups = [value for (found, _), value in largest.items() if found == name]
         return sum(groups) if groups else None
 
+    def any_total(names: tuple[str, ...]) -> float | None:
+        found = [sums[name] for name in names if counts[name]]
+        return sum(found) if found else None
+
     return PodSample(
         accept_length=mean(ACCEPT_LENGTH),
         accept_rate=mean(ACCEPT_RATE),
@@ -119,13 +167,25 @@ def parse(text: str) -> PodSample:
         requests=total(REQUESTS),
         bootstrap_failed=per_server(BOOTSTRAP_FAILED),
         transfer_failed=per_server(TRANSFER_FAILED),
+        prompt_tokens=total(PROMPT_TOKENS),
+        running=total(RUNNING),
+        queued=total(QUEUED),
+        pd_queued=any_total(PD_QUEUES),
+        gen_throughput=total(GEN_THROUGHPUT),
+        token_usage=largest.get((TOKEN_USAGE, "")),
     )
 
 
 def _dp_rank(labels: str) -> str:
     """The `dp_rank` label's value in a sample's `{...}` text, "" when it has none."""
-    at = labels.find('dp_rank="')
-    if at < 0:
-        return ""
-    start = at + len('dp_rank="')
-    return labels[start : labels.find('"', start)]
+    return _label(labels, "dp_rank")
+
+
+def _label(labels: str, name: str) -> str:
+    """A label's value in a sample's `{...}` text, "" when it has none (a whole label name: `dp_rank` is not
+    `attn_dp_rank`)."""
+    found = _LABELS[name].search(labels)
+    return found.group(1) if found else ""
+
+
+_LABELS: Final = {name: re.compile(rf'[{{,\s]{name}\s*=\s*"([^"]*)"') for name in ("dp_rank", "priority")}
