@@ -1,0 +1,188 @@
+"""What the model asks of each pool before limits and stabilization (pure): `prefill` and `decode` proposals.
+
+See `planner` for the model; `signals` and `capacity` for where each number comes from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+
+from disaggspec.autoscale import capacity as cap
+from disaggspec.autoscale import signals as sig
+from disaggspec.autoscale.contract import PlannerSettings, PlannerState, PoolWindow, Series
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What the model asks of one pool before limits and stabilization."""
+
+    need: int
+    reason: str
+    inputs: dict[str, float] = field(default_factory=dict)
+
+
+def ceil(value: float) -> int:
+    return math.ceil(value - 1e-9)
+
+
+def fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _queue_per_server(series: Series) -> list[sig.Point]:
+    pods = sig.gauge_points(series, lambda _, __: 1.0)
+    queue = sig.gauge_points(series, sig.queued)
+    return [(t, q / n if n else 0.0) for (t, q), (_, n) in zip(queue, pods, strict=True)]
+
+
+def _saturation(
+    settings: PlannerSettings, pool: PoolWindow, served: float, growth: float, noun: str
+) -> Proposal | None:
+    """Before a capacity is learned: more servers for a persisting queue (None without one)."""
+    per_server = _queue_per_server(pool.series)
+    lasted = sig.persisted(per_server, settings.queue_threshold)
+    if lasted < settings.persist_seconds:
+        return None
+    queue = f"a queue of {fmt(per_server[-1][1])} {noun} per server persisted {lasted:.0f} s"
+    inputs = {"queued_per_server": per_server[-1][1], "queue_seconds": lasted}
+    if pool.ready < pool.replicas:
+        return Proposal(pool.replicas, f"{queue}; waiting for the {pool.replicas} servers asked to be ready", inputs)
+    step = max(1, ceil(pool.replicas * growth / served)) if served > 0 and growth > 0 else 1
+    return Proposal(pool.replicas + step, f"{queue}; capacity not learned yet: {step} more", inputs)
+
+
+def prefill(
+    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float
+) -> tuple[Proposal, PlannerState]:
+    series, bounds = pool.series, sig.span(pool.series)
+    if pool.ready == 0 or bounds is None:
+        return Proposal(pool.replicas, "no ready prefill server scraped twice yet: holding"), state
+    start, end = bounds
+    grown = sig.intervals(series)
+    prompts, requests = sum(i.grew("prompt_tokens") for i in grown), sum(i.grew("requests") for i in grown)
+    mean_prompt = prompts / requests if requests > 0 else state.mean_prompt
+    queue = sig.gauge_points(series, sig.queued)
+    served = sig.rate_points(series, "prompt_tokens")
+    served_requests = sig.rate_points(series, "requests")
+    # Arrivals = served + the waiting queue's growth (requests, converted to tokens with the mean prompt).
+    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(queue)]
+    arriving = [(t, s + g * (mean_prompt or 0.0)) for (t, s), g in zip(served, growth, strict=True)]
+    demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds)
+    tokens, seconds = cap.saturated(
+        series, state.learned_until or -math.inf, settings.queue_threshold, settings.persist_seconds
+    )
+    rate = state.prefill_rate
+    if seconds > 0 and tokens > 0:
+        rate = cap.ewma(rate, tokens / seconds, settings.learn_weight)
+    floor = cap.busiest(series, max(start, end - settings.recent_seconds), end)
+    if rate is not None and floor > rate:  # one server served that much: it sustains at least that
+        rate = floor
+    state = replace(state, prefill_rate=rate, mean_prompt=mean_prompt)
+    recent_growth = sig.mean(
+        sig.recent([(t, g) for (t, _), g in zip(served, growth, strict=True)], end, settings.recent_seconds)
+    )
+    inputs = {
+        "prompt_tokens_per_second": demand.now,
+        "forecast_prompt_tokens_per_second": demand.forecast,
+        "requests_per_second": sig.mean(sig.recent(served_requests, end, settings.recent_seconds)) + recent_growth,
+        "queued": queue[-1][1],
+        "ready": float(pool.ready),
+    }
+    ahead = (
+        f" (forecast {fmt(demand.forecast)} in {settings.lead_seconds:.0f} s)"
+        if demand.forecast > demand.now * 1.05
+        else ""
+    )
+    if demand.forecast <= 0 and queue[-1][1] <= 0:
+        return Proposal(0, "no prompt tokens in the window", inputs), state
+    if rate is None:
+        served_now = sig.mean(sig.recent(served_requests, end, settings.recent_seconds))
+        saturated = _saturation(settings, pool, served_now, max(recent_growth, 0.0), "requests")
+        if saturated is not None:
+            return replace(saturated, inputs=inputs | saturated.inputs), state
+        text = (
+            f"{fmt(demand.now)} prompt tokens/s; capacity not learned yet (no window with a persisting queue): holding"
+        )
+        return Proposal(pool.replicas, text, inputs), state
+    service = (mean_prompt or 0.0) / rate
+    utilisation = min(max(1.0 - service / settings.ttft_seconds, settings.utilisation_min), settings.utilisation_max)
+    need = ceil(demand.forecast / (rate * utilisation))
+    inputs |= {
+        "server_tokens_per_second": rate,
+        "utilisation_target": utilisation,
+        "mean_prompt_tokens": mean_prompt or 0.0,
+    }
+    text = (
+        f"{fmt(demand.now)} prompt tokens/s{ahead} over {pool.ready} servers; one server {fmt(rate)} at utilisation "
+        f"{utilisation:.2f} (mean prompt {fmt(mean_prompt or 0.0)} tokens, TTFT {settings.ttft_seconds * 1000:.0f} ms)"
+    )
+    return Proposal(need, text, inputs), state
+
+
+def decode(
+    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float
+) -> tuple[Proposal, PlannerState]:
+    series, bounds = pool.series, sig.span(pool.series)
+    if pool.ready == 0 or bounds is None:
+        return Proposal(pool.replicas, "no ready decode server scraped twice yet: holding"), state
+    _, end = bounds
+    after = state.learned_until or -math.inf
+    steps = cap.remember(
+        state.step_samples,
+        cap.step_samples(series, after),
+        settings.step_samples_per_bucket,
+        settings.step_samples_limit,
+    )
+    held = cap.kv_samples(series, after)
+    kv = cap.ewma(state.kv_requests, sum(held) / len(held), settings.learn_weight) if held else state.kv_requests
+    accept = sig.accept_length(series, end - settings.recent_seconds) or state.accept_length
+    state = replace(state, step_samples=steps, kv_requests=kv, accept_length=accept)
+    length = accept or 1.0
+    points = sig.gauge_points(series, sig.concurrency)
+    demand = sig.demand(points, now, settings.recent_seconds, settings.lead_seconds)
+    inputs = {
+        "requests": demand.now,
+        "forecast_requests": demand.forecast,
+        "accept_length": length,
+        "ready": float(pool.ready),
+    }
+    if demand.forecast <= 0:
+        return Proposal(0, "no request on the decode servers in the window", inputs), state
+    fit = cap.fit(steps)
+    holds = [v for v in (fit.holds(settings.itl_seconds, length) if fit else None, kv) if v is not None]
+    if not holds:
+        served = sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
+        saturated = _saturation(settings, pool, served, max(demand.per_second, 0.0), "requests")
+        if saturated is not None:
+            return replace(saturated, inputs=inputs | saturated.inputs), state
+        return Proposal(pool.replicas, "capacity not learned yet (no decode step measured): holding", inputs), state
+    per_server = min(holds)
+    need = ceil(demand.forecast / (per_server * settings.decode_headroom))
+    if fit is not None:
+        inputs |= {"step_base_seconds": fit.base, "step_per_request_seconds": fit.per_request}
+    inputs |= {"server_requests": per_server, **({"kv_requests": kv} if kv is not None else {})}
+    bound = " (its KV pool)" if kv is not None and kv == per_server else ""
+    ahead = (
+        f" (forecast {fmt(demand.forecast)} in {settings.lead_seconds:.0f} s)"
+        if demand.forecast > demand.now * 1.05
+        else ""
+    )
+    text = (
+        f"{fmt(demand.now)} requests{ahead} over {pool.ready} servers at accept length {length:.2f}; one server "
+        f"holds {per_server:.1f}{bound} at ITL {settings.itl_seconds * 1000:.0f} ms"
+    )
+    return Proposal(need, text, inputs), state
+
+
+def queue_guard(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> Proposal:
+    """A queue that persisted on a pool whose servers are all up means too few servers, whatever the model says."""
+    if proposal.need > pool.replicas or pool.ready < pool.replicas or not pool.series:
+        return proposal
+    per_server = _queue_per_server(pool.series)
+    lasted = sig.persisted(per_server, settings.queue_threshold)
+    if lasted < settings.persist_seconds:
+        return proposal
+    text = f"{proposal.reason}; but a queue of {fmt(per_server[-1][1])} per server persisted {lasted:.0f} s: one more"
+    return Proposal(pool.replicas + 1, text, proposal.inputs)

@@ -1,0 +1,207 @@
+"""One pool's window of scrapes reduced to numbers: counter rates, gauge sums per scrape round, trends (pure).
+
+A window is `Series`: pod name -> (monotonic seconds, `PodSample`), oldest first, as the health monitor keeps it.
+Counters (`prompt_tokens`, `requests`, `generation_tokens`) are cumulative since the server started; a decrease is a
+restarted server whose new value counts from zero (as PromQL's `increase` reads it), so no rate is ever negative.
+Gauges are SGLang's scheduler gauges, which the scheduler sets when it logs a batch (0.5.2
+managers/scheduler_metrics_mixin.py:138-141 for a prefill batch, :224-240 every `--decode-log-interval` decode
+steps; 0.5.23 managers/scheduler_components/metrics_reporter.py:1076-1083) and, once idle, at most 30 s later (0.5.2
+managers/scheduler.py:1469-1496 `check_memory`; 0.5.23 metrics_reporter.py:1476-1521 `_maybe_log_idle_metrics`, at
+once when the running gauge disagrees with the batch): a gauge can lag, a counter cannot, so a pod whose generated
+tokens did not grow since its previous scrape is read as running nothing. A pool's value at a scrape round is the sum
+of each pod's latest sample at or before that time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from disaggspec.servinghealth.samples import PodSample
+
+Series = Mapping[str, Sequence[tuple[float, PodSample]]]
+Point = tuple[float, float]
+"""(seconds, value)."""
+
+
+def increase(before: float | None, after: float | None) -> float:
+    """A counter's increase between two scrapes: a decrease is a restart (counted from zero), absence counts none."""
+    if before is None or after is None:
+        return 0.0
+    return after if after < before else after - before
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Two consecutive scrapes of one pod."""
+
+    pod: str
+    start: float
+    end: float
+    before: PodSample
+    after: PodSample
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def grew(self, field: str) -> float:
+        return increase(getattr(self.before, field), getattr(self.after, field))
+
+
+def intervals(series: Series) -> list[Interval]:
+    """Every pod's consecutive scrape pairs (a pod scraped once has none)."""
+    return [
+        Interval(pod, start, end, before, after)
+        for pod, scrapes in series.items()
+        for (start, before), (end, after) in itertools.pairwise(scrapes)
+        if end > start
+    ]
+
+
+def rounds(series: Series) -> list[float]:
+    """The scrape times of the pool, oldest first (the monitor scrapes every pod of a round at one time)."""
+    return sorted({at for scrapes in series.values() for at, _ in scrapes})
+
+
+def span(series: Series) -> tuple[float, float] | None:
+    """The first and last scrape time, None without two rounds."""
+    times = rounds(series)
+    return (times[0], times[-1]) if len(times) >= 2 else None
+
+
+def rate(series: Series, field: str, start: float, end: float) -> float:
+    """The pool's counter increase per second over [start, end], each interval prorated by its overlap."""
+    if end <= start:
+        return 0.0
+    total = 0.0
+    for interval in intervals(series):
+        overlap = min(end, interval.end) - max(start, interval.start)
+        if overlap > 0:
+            total += interval.grew(field) * overlap / interval.seconds
+    return total / (end - start)
+
+
+def rate_points(series: Series, field: str) -> list[Point]:
+    """The pool's rate of a counter between consecutive rounds, at each pair's midpoint (each interval prorated by
+    its overlap with the pair, as `rate` does, in one pass)."""
+    times = rounds(series)
+    totals = [0.0] * max(len(times) - 1, 0)
+    for interval in intervals(series):
+        grew = interval.grew(field)
+        if grew <= 0:
+            continue
+        for k in range(max(bisect.bisect_right(times, interval.start) - 1, 0), len(totals)):
+            a, b = times[k], times[k + 1]
+            if a >= interval.end:
+                break
+            overlap = min(b, interval.end) - max(a, interval.start)
+            if overlap > 0:
+                totals[k] += grew * overlap / interval.seconds
+    return [((a + b) / 2, total / (b - a)) for (a, b), total in zip(itertools.pairwise(times), totals, strict=True)]
+
+
+def gauge_points(series: Series, value: Callable[[PodSample, PodSample | None], float]) -> list[Point]:
+    """The pool's sum of `value(latest, previous)` over its pods at every round (each pod's latest sample at or
+    before the round, and the one before it)."""
+    times = rounds(series)
+    totals = [0.0] * len(times)
+    for scrapes in series.values():
+        latest = -1
+        for k, at in enumerate(times):
+            while latest + 1 < len(scrapes) and scrapes[latest + 1][0] <= at:
+                latest += 1
+            if latest >= 0:
+                totals[k] += value(scrapes[latest][1], scrapes[latest - 1][1] if latest > 0 else None)
+    return list(zip(times, totals, strict=True))
+
+
+def queued(sample: PodSample, _: PodSample | None = None) -> float:
+    """SGLang's waiting queue: a prefill's requests bootstrapped but not prefilled, a decode's requests whose KV
+    arrived but that have no place in the running batch."""
+    return sample.queued or 0.0
+
+
+def running(sample: PodSample, previous: PodSample | None) -> float:
+    """The running batch, read as empty when the pod generated nothing since its previous scrape (a lagging gauge)."""
+    if (
+        previous is not None
+        and sample.generation_tokens is not None
+        and increase(previous.generation_tokens, sample.generation_tokens) <= 0
+    ):
+        return 0.0
+    return sample.running or 0.0
+
+
+def concurrency(sample: PodSample, previous: PodSample | None) -> float:
+    """A decode server's requests: running, waiting for a place in the batch, and in its PD queues (waiting for KV
+    memory to pre-allocate, or for their KV to arrive)."""
+    return running(sample, previous) + queued(sample) + (sample.pd_queued or 0.0)
+
+
+def recent(points: Sequence[Point], end: float, seconds: float) -> list[Point]:
+    """The points of the last `seconds` before `end` (at least the last point)."""
+    kept = [p for p in points if p[0] >= end - seconds]
+    return kept or list(points[-1:])
+
+
+def mean(points: Sequence[Point]) -> float:
+    return sum(v for _, v in points) / len(points) if points else 0.0
+
+
+def slope(points: Sequence[Point]) -> float:
+    """The least-squares slope of value over time (per second); 0 with fewer than three points."""
+    if len(points) < 3:
+        return 0.0
+    mt = sum(t for t, _ in points) / len(points)
+    mv = mean(points)
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / var if var > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A demand now and where the window's trend puts it `lead` seconds ahead."""
+
+    now: float
+    forecast: float
+    per_second: float
+    """The trend (per second)."""
+
+
+def demand(points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float) -> Demand:
+    """The mean of the recent points, and its linear extrapolation to `now + lead_seconds`: never below the mean
+    (scale-up looks ahead, it never scales for a fall that has not happened) and at most twice it (a short window's
+    trend is not extrapolated into a surge)."""
+    if not points:
+        return Demand(0.0, 0.0, 0.0)
+    latest = recent(points, points[-1][0], recent_seconds)
+    current = max(mean(latest), 0.0)
+    trend = slope(points)
+    centre = sum(t for t, _ in latest) / len(latest)
+    ahead = current + trend * (now + lead_seconds - centre)
+    return Demand(current, min(max(ahead, current), 2.0 * current), trend)
+
+
+def persisted(points: Sequence[Point], threshold: float) -> float:
+    """How long (seconds) the trailing run of rounds whose value was at least `threshold` lasts (0: none)."""
+    run: list[float] = []
+    for at, value in points:
+        run = [*run, at] if value >= threshold and value > 0 else []
+    return run[-1] - run[0] if run else 0.0
+
+
+def accept_length(series: Series, start: float) -> float | None:
+    """The accept length of the intervals ending after `start`, weighted by the tokens each generated (idle
+    intervals weigh nothing); None without speculative tokens generated. SGLang 0.5.2 exports 0 without speculative
+    decoding (managers/scheduler_metrics_mixin.py:201-202), which counts as none."""
+    tokens = weighted = 0.0
+    for interval in intervals(series):
+        length = interval.after.accept_length
+        grew = interval.grew("generation_tokens")
+        if interval.end > start and length is not None and length > 0 and grew > 0:
+            tokens += grew
+            weighted += grew * length
+    return weighted / tokens if tokens else None
