@@ -1,7 +1,7 @@
 """Builds the local control plane's binaries from the Go module proxy into a cache keyed by version.
 
-Each component (Kubernetes, etcd, kwok, helm, promtool for the chart's alert-rule tests, and the LeaderWorkerSet
-controller) is built once into
+Each component (Kubernetes, etcd, kwok, helm, promtool for the chart's alert-rule tests, the LeaderWorkerSet
+controller, and the Prometheus server and prometheus-adapter of the optional metrics pipeline) is built once into
 ``${XDG_CACHE_HOME:-~/.cache}/disaggspec/<component>-<version>/``; a version bump in ``versions.py`` picks a new
 directory, so it rebuilds. A build happens in a scratch directory and is renamed into place only when it succeeded,
 so an interrupted build never leaves a half-filled cache entry behind.
@@ -63,7 +63,9 @@ KWOK = Component("kwok", versions.KWOK, ("kwok",))
 HELM = Component("helm", versions.HELM, ("helm",))
 PROMTOOL = Component("promtool", versions.PROMETHEUS, ("promtool",))
 LWS = Component("lws", versions.LWS, ("lws-controller",))
-ALL = (ETCD, KWOK, HELM, KUBERNETES, PROMTOOL, LWS)
+PROMETHEUS = Component("prometheus", versions.PROMETHEUS, ("prometheus",))
+PROMETHEUS_ADAPTER = Component("prometheus-adapter", versions.PROMETHEUS_ADAPTER, ("prometheus-adapter",))
+ALL = (ETCD, KWOK, HELM, KUBERNETES, PROMTOOL, LWS, PROMETHEUS, PROMETHEUS_ADAPTER)
 
 LWS_MANIFESTS = {
     "crds": "config/crd/bases",
@@ -293,19 +295,68 @@ def build_helm(go: str) -> None:
 PROMTOOL_TAGS = ("remove_all_sd",)
 
 
+def _prometheus_release(go: str, scratch: Path) -> str:
+    """The Prometheus release of the pinned module version (v0.316.0 is 3.16.0), read from the module's VERSION file:
+    `--version` reports what is stamped into prometheus/common/version, and the module version is not the release."""
+    source = _mod_download(go, f"github.com/prometheus/prometheus@{versions.PROMETHEUS}", scratch)
+    return (Path(source["Dir"]) / "VERSION").read_text().strip()
+
+
 def build_promtool(go: str) -> None:
     """`go install` promtool at the pinned module version (its go.mod has no replace directive, so no wrapper module
-    is needed), stamping the Prometheus release, which is not the module version (v0.316.0 is 3.16.0): it is read
-    from the module's VERSION file, and `promtool --version` reports what is stamped into prometheus/common/version."""
+    is needed), stamping the Prometheus release (`_prometheus_release`)."""
     component = PROMTOOL
     with tempfile.TemporaryDirectory(prefix="promtool-build-", dir=cache_root()) as tmp:
         scratch = Path(tmp)
-        source = _mod_download(go, f"github.com/prometheus/prometheus@{component.version}", scratch)
-        release = (Path(source["Dir"]) / "VERSION").read_text().strip()
+        release = _prometheus_release(go, scratch)
         log(f"promtool {component.version}: Prometheus {release}")
         version = f"github.com/prometheus/common/version.Version={release}"
         package = "github.com/prometheus/prometheus/cmd/promtool"
         out = _go_install(go, component, package, version, scratch, tags=PROMTOOL_TAGS)
+        _finish(component, out)
+
+
+# The Prometheus server of the metrics pipeline discovers the pool pods with Kubernetes SD and nothing else:
+# `remove_all_sd` drops every plugin of prometheus/plugins (each file is `//go:build !remove_all_sd ||
+# enable_<name>_sd`) and `enable_kubernetes_sd` takes the Kubernetes one back. Without `builtinassets` the web UI's
+# assets are not embedded (the UI pages answer an error; the HTTP API, which the adapter queries, is all we use).
+PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
+
+
+def build_prometheus(go: str) -> None:
+    """`go install` the Prometheus server (cmd/prometheus) at the same module version as promtool, into a component
+    of its own so promtool's cache entry stays valid, with `PROMETHEUS_TAGS`."""
+    component = PROMETHEUS
+    with tempfile.TemporaryDirectory(prefix="prometheus-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        release = _prometheus_release(go, scratch)
+        log(f"prometheus {component.version}: Prometheus {release}")
+        version = f"github.com/prometheus/common/version.Version={release}"
+        package = "github.com/prometheus/prometheus/cmd/prometheus"
+        out = _go_install(go, component, package, version, scratch, tags=PROMETHEUS_TAGS)
+        _finish(component, out)
+
+
+def build_prometheus_adapter(go: str) -> None:
+    """Build prometheus-adapter's main package `sigs.k8s.io/prometheus-adapter/cmd/adapter` through a generated
+    wrapper module, as for LWS: its go.mod has no replace directive, but `go install ...@<version>` first reads the
+    module's version list (for deprecation notices), which the module proxy refuses for it too. The binary is named
+    `prometheus-adapter`."""
+    component = PROMETHEUS_ADAPTER
+    with tempfile.TemporaryDirectory(prefix="prometheus-adapter-build-", dir=cache_root()) as tmp:
+        scratch = Path(tmp)
+        module_dir = scratch / "module"
+        package = "sigs.k8s.io/prometheus-adapter/cmd/adapter"
+        main = f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n'
+        requires = {"sigs.k8s.io/prometheus-adapter": component.version}
+        _write_module(module_dir, "disaggspec.io/localcluster/prometheus-adapter", requires, {}, main)
+        _run_go(go, ["mod", "tidy"], module_dir, "prometheus-adapter: go mod tidy")
+        out = scratch / "out"
+        (out / "bin").mkdir(parents=True)
+        # The adapter stamps no version of its own; its API server's /version reads component-base's.
+        ldflags = ["-s", "-w", f"-X k8s.io/component-base/version.gitVersion={component.version}"]
+        output = out / "bin" / "prometheus-adapter"
+        _build_tools(go, module_dir, ldflags, output, [package], f"prometheus-adapter {component.version}")
         _finish(component, out)
 
 
@@ -343,6 +394,8 @@ BUILDERS = {
     "kubernetes": build_kubernetes,
     "promtool": build_promtool,
     "lws": build_lws,
+    "prometheus": build_prometheus,
+    "prometheus-adapter": build_prometheus_adapter,
 }
 
 
@@ -358,8 +411,8 @@ def ensure_built(components: tuple[Component, ...] = ALL) -> None:
     cache_root().mkdir(parents=True, exist_ok=True)
     names = ", ".join(c.name for c in missing)
     log(
-        f"cold build of {names}: on 2 cores Kubernetes takes many minutes, promtool a few, lws about 1.5; "
-        "progress every 15s"
+        f"cold build of {names}: on 2 cores Kubernetes takes many minutes, promtool, prometheus and "
+        "prometheus-adapter a few each, lws about 1.5; progress every 15s"
     )
     for component in missing:
         BUILDERS[component.name](go)
