@@ -28,6 +28,7 @@ from kubernetes import config as k8s_config
 from disaggspec import apply, config, handlers, metrics
 from disaggspec.reconcile import Reconciler
 from disaggspec.runtime import cert_reload, health, leader, webhook_certs, webhook_config
+from disaggspec.runtime.autoscaler import Autoscaler
 from disaggspec.runtime.controller import Controller
 
 
@@ -150,13 +151,17 @@ def main(argv: list[str] | None = None) -> int:
         leader=elector,
         health=health.Health(grace_seconds=args.health_grace_seconds),
     )
+    writer = client if elector is None else client.fenced(elector.is_leader)
+    planner = Autoscaler(writer, client.post_event, lookup=controller.services.get, requeue=controller.requeue)
+    controller.health_monitor.add_window_observer(planner)
     controller.reconciler = Reconciler(
-        client if elector is None else client.fenced(elector.is_leader),
+        writer,
         settings,
         client.post_event,
         services=controller.services,
         runtime_health=controller.health_monitor.verdict,
         availability=controller.availability,
+        planner=planner.view,
     )
     if args.webhook == "on":
         options = webhook_options(args)

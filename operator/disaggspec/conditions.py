@@ -414,6 +414,12 @@ EVENT_MODEL_CACHE_FILL_FAILED: Final = EventReason(
     "ModelCacheFillFailed", "Warning", "ModelCached turned False with FillFailed (once per message)."
 )
 
+EVENT_POOL_SCALED: Final = EventReason(
+    "PoolScaled",
+    "Normal",
+    "The planner (spec.autoscaling.mode Planner) set a pool's size; the message names the inputs that drove it.",
+)
+
 EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_SPEC_REJECTED,
     EVENT_CHILDREN_APPLIED,
@@ -435,5 +441,6 @@ EVENT_REASONS: Final[tuple[EventReason, ...]] = (
     EVENT_TRANSFER_RECOVERED,
     EVENT_MODEL_CACHE_FILLED,
     EVENT_MODEL_CACHE_FILL_FAILED,
+    EVENT_POOL_SCALED,
 )
 """Every Event reason; Events are emitted only after the status write and only on transitions."""

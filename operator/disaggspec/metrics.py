@@ -134,6 +134,19 @@ TRANSFER_FAILURES_PER_SECOND = Gauge(
     ["namespace", "service"],
     registry=REGISTRY,
 )
+# ---- the planner (spec.autoscaling.mode Planner) ---------------------------------------------------------------------
+AUTOSCALER_DESIRED = Gauge(
+    "disaggspec_autoscaler_desired_replicas",
+    "The size the planner wants for each pool of a service at its latest round (before a change is applied).",
+    ["namespace", "service", "pool"],
+    registry=REGISTRY,
+)
+AUTOSCALER_DECISIONS = Counter(
+    "disaggspec_autoscaler_decisions_total",
+    "Pool sizes the planner changed, by direction (up, down).",
+    ["namespace", "service", "pool", "direction"],
+    registry=REGISTRY,
+)
 POOL_REPLICAS = Gauge(
     "disaggspec_pool_replicas",
     "Replicas of each pool (prefill, decode, router) of a service, desired and ready, from its Deployments.",
@@ -187,6 +200,13 @@ def record_pool_replicas(namespace: str, service: str, pools: dict[str, tuple[in
         for index, state in enumerate(("desired", "ready")):
             labels = (namespace, service, pool, state)
             _set_or_remove(POOL_REPLICAS, labels, None if pools is None else float(pools.get(pool, (0, 0))[index]))
+
+
+def record_autoscaler_desired(namespace: str, service: str, pools: dict[str, int] | None) -> None:
+    """Set the planner's latest size per pool of a service; None removes its series (not planned any more)."""
+    for pool in ("prefill", "decode"):
+        labels = (namespace, service, pool)
+        _set_or_remove(AUTOSCALER_DESIRED, labels, None if pools is None else float(pools.get(pool, 0)))
 
 
 def count_rejection(rules: Iterable[str], where: Literal["admission", "reconcile"]) -> None:

@@ -27,10 +27,10 @@ import time
 import urllib.parse
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 
@@ -73,6 +73,20 @@ def http_get(url: str, timeout: float) -> bytes:
 
 Lookup = Callable[[str, str], Mapping[str, Any] | None]
 """(namespace, name) -> the service as cached (spec and status), or None."""
+
+
+class WindowObserver(Protocol):
+    """What the monitor hands each round's scrapes to (`runtime.autoscaler.Autoscaler`)."""
+
+    def observe(
+        self, key: Key, series: Mapping[str, Mapping[str, Sequence[tuple[float, PodSample]]]], now: float
+    ) -> None:
+        """One service's pods that answered this round: role -> pod -> (monotonic seconds, sample) in the window."""
+        ...
+
+    def reset(self) -> None:
+        """This process stopped leading."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -159,6 +173,11 @@ class Monitor:
         self._pool = ThreadPoolExecutor(max(1, settings.concurrency), thread_name_prefix="health-scrape")
         self.last_round_seconds = 0.0
         """How long the last measurement took (for the benchmark and logs)."""
+        self._observers: list[WindowObserver] = []
+
+    def add_window_observer(self, observer: WindowObserver) -> None:
+        """Hand `observer` each service's scraped series every round (the planner: `runtime.autoscaler`)."""
+        self._observers.append(observer)
 
     def verdict(self, namespace: str, name: str) -> Verdict:
         """The latest verdict on a service: PENDING before this process measured it (NOT_MEASURED with measurement
@@ -183,6 +202,8 @@ class Monitor:
 
     def _reset(self) -> None:
         """Not the leader (any more): what this process measured is stale by the time it leads again."""
+        for observer in self._observers:
+            observer.reset()
         with self._lock:
             self._history.clear()
             self._verdicts.clear()
@@ -345,10 +366,33 @@ class Monitor:
                 answered[key].append(reduce(name, role, list(history)))
         for gone in set(self._history) - seen:  # pods that left (deleted, not ready): their counters start over
             del self._history[gone]
+        self._hand_windows(keys, targets, unreachable, now)
         return {
             key: judge(answered[key], unreachable[key], spans[key], self.settings, context=contexts.get(key))
             for key in keys
         }
+
+    def _hand_windows(
+        self,
+        keys: set[Key],
+        targets: list[tuple[Key, str, Role, str]],
+        unreachable: Mapping[Key, list[str]],
+        now: float,
+    ) -> None:
+        """Each observer gets, per service, role -> pod -> its series in the window (pods that answered)."""
+        if not self._observers:
+            return
+        series: dict[Key, dict[str, dict[str, list[tuple[float, PodSample]]]]] = {key: {} for key in keys}
+        for key, name, role, _ in targets:
+            history = self._history.get((key[0], name))
+            if history and name not in unreachable[key]:
+                series[key].setdefault(role, {})[name] = list(history)
+        for observer in self._observers:
+            for key in sorted(keys):
+                try:
+                    observer.observe(key, series[key], now)
+                except Exception:  # one service's planner bug must not stop the others, nor the health verdicts
+                    log.exception("%s/%s: window observer failed", *key)
 
     # ---- asking Prometheus ----------------------------------------------------------------------------------------
 

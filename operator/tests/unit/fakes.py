@@ -150,6 +150,13 @@ class FakeClient(apply.Client):
                 return self._json_patch(path, body)
             if method == "PATCH" and content_type == "application/merge-patch+json" and path.endswith("/status"):
                 return self._merge_status(path.removesuffix("/status"), body)
+            if method == "PATCH" and content_type == "application/merge-patch+json" and path.endswith("/scale"):
+                target = path.removesuffix("/scale")
+                if target not in self.objects:
+                    raise apply.ApiError(404, "PATCH", path, "not found")
+                self.objects[target]["spec"]["replicas"] = body["spec"]["replicas"]
+                self.objects[target]["metadata"]["generation"] += 1
+                return {"spec": {"replicas": body["spec"]["replicas"]}}
             if method == "POST":
                 return self._post(path, body)
             if method != "GET":

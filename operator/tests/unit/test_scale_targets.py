@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime
 import itertools
+from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from disaggspec import apply, render, rollout, scaletargets
 from disaggspec import constants as c
@@ -15,6 +19,7 @@ from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import Reconciler
 from disaggspec.render import names
 from disaggspec.runtime.caches import DisaggSpecServiceCache
+from disaggspec.validation import validate
 from tests.unit.dss_cases import edited
 from tests.unit.fakes import FakeClient
 
@@ -141,3 +146,22 @@ def test_unsetting_autoscaling_prunes_the_targets_and_the_spec_rules_again() -> 
     client.roll_out(NAMESPACE)
     reconciler.reconcile(NAMESPACE, NAME, client.children)
     assert "autoscaling" not in client.service(NAMESPACE, NAME)["status"]
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
+
+
+def test_the_planner_example_is_valid() -> None:
+    service = parse_service(yaml.safe_load((EXAMPLES / "llama-3.1-8b-planner.yaml").read_text()))
+    assert validate(service) == []
+    assert service.spec.autoscaling is not None and service.spec.autoscaling.mode == "Planner"
+
+
+@pytest.mark.parametrize("file", ["hpa.yaml", "keda-scaledobject.yaml"])
+def test_autoscaler_examples_target_the_scale_targets(file: str) -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES / file).read_text()))
+    assert len(documents) == 2
+    for document, role in zip(documents, c.POOLS, strict=True):
+        ref = document["spec"]["scaleTargetRef"]
+        assert (ref["apiVersion"], ref["kind"]) == (c.API_VERSION, c.POOL_KIND)
+        assert ref["name"] == scaletargets.target_name("llama-eagle3", role) == document["metadata"]["name"]

@@ -162,6 +162,9 @@ def test_every_table_cel_lands_in_the_crd() -> None:
         "SGLangSpec": {".spec.sglang"},
         "RouterSpec": {".spec.router"},
         "RolloutSpec": {".spec.rollout"},
+        "PoolScaleLimits": {".spec.autoscaling.prefill", ".spec.autoscaling.decode"},
+        "AutoscalingSpec": {".spec.autoscaling"},
+        "PrefillDecodeRatio": {".spec.autoscaling.planner.prefillDecodeRatio"},
         "DraftModel": {
             ".spec.speculative.draftModel",
             ".spec.prefill.speculative.draftModel",
