@@ -152,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         health=health.Health(grace_seconds=args.health_grace_seconds),
     )
     writer = client if elector is None else client.fenced(elector.is_leader)
-    planner = Autoscaler(writer, client.post_event, lookup=controller.services.get, requeue=controller.requeue)
+    planner = Autoscaler(
+        writer,
+        client.post_event,
+        lookup=controller.services.get,
+        children=controller.children.children,
+        requeue=controller.requeue,
+    )
     controller.health_monitor.add_window_observer(planner)
     controller.reconciler = Reconciler(
         writer,

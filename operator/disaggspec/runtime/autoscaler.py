@@ -34,7 +34,7 @@ from disaggspec.autoscale.planner import (
     ServiceWindow,
     decide,
 )
-from disaggspec.scaletargets import target_name
+from disaggspec.scaletargets import live_targets, target_name
 from disaggspec.servinghealth.samples import PodSample
 
 log = logging.getLogger("disaggspec.autoscaler")
@@ -64,17 +64,22 @@ def settings_of(scaling: AutoscalingSpec) -> PlannerSettings | None:
     )
 
 
-def _asked(status: Mapping[str, Any], role: str, service: DisaggSpecService) -> int:
-    """What the pool's scale target asks now, as the last pass saw it (the spec's replicas before any pass)."""
-    pool = (status.get("autoscaling") or {}).get(role) or {}
-    target = pool.get("target")
-    return int(target) if isinstance(target, int) else int(getattr(service.spec, role).replicas)
+def _asked(targets: Mapping[str, Mapping[str, Any]], role: str, service: DisaggSpecService) -> int:
+    """What the pool's scale target asks now (from the watch-fed cache, so a scale this planner just made is seen
+    before the pass that renders it); the spec's replicas while the target does not exist yet."""
+    value = ((targets.get(role) or {}).get("spec") or {}).get("replicas")
+    return int(value) if isinstance(value, int) else int(getattr(service.spec, role).replicas)
 
 
-def window_of(service: DisaggSpecService, status: Mapping[str, Any], series: Mapping[str, Series]) -> ServiceWindow:
+def window_of(
+    service: DisaggSpecService,
+    status: Mapping[str, Any],
+    targets: Mapping[str, Mapping[str, Any]],
+    series: Mapping[str, Series],
+) -> ServiceWindow:
     """The planner's input: each pool's asked size, its scraped (ready) servers and their series."""
     pools = {
-        role: PoolWindow(_asked(status, role, service), len(series.get(role, {})), series.get(role, {}))
+        role: PoolWindow(_asked(targets, role, service), len(series.get(role, {})), series.get(role, {}))
         for role in c.POOLS
     }
     return ServiceWindow(
@@ -98,12 +103,14 @@ class Autoscaler:
         emit: EventFn,
         *,
         lookup: Lookup,
+        children: Callable[[str, str], list[dict[str, Any]]],
         requeue: Callable[[Iterable[Key]], None],
         wall: Callable[[], str] = _wall,
     ) -> None:
         self.client = client
         self.emit = emit
         self._lookup = lookup
+        self._children = children
         self._requeue = requeue
         self._wall = wall
         self._lock = threading.Lock()
@@ -149,7 +156,8 @@ class Autoscaler:
             state = self._states.get(key)
         if state is None:  # first round of this process: what the last leader learned
             state = PlannerState.from_wire((status.get("autoscaling") or {}).get("learned"))
-        window = window_of(service, status, series)
+        targets = live_targets(key[1], self._children(*key))
+        window = window_of(service, status, targets, series)
         decision, state = decide(settings, state, window, now)
         with self._lock:
             self._states[key] = state

@@ -38,7 +38,11 @@ def _targets(client: FakeClient) -> None:
             {
                 "apiVersion": c.API_VERSION,
                 "kind": c.POOL_KIND,
-                "metadata": {"name": f"{NAME}-{role}", "namespace": NAMESPACE, "labels": {}},
+                "metadata": {
+                    "name": f"{NAME}-{role}",
+                    "namespace": NAMESPACE,
+                    "labels": {c.LABEL_SERVICE: NAME, c.LABEL_ROLE: role},
+                },
                 "spec": {"replicas": 1},
             }
         )
@@ -70,6 +74,7 @@ def _autoscaler(body: dict[str, Any], client: FakeClient, recorder: Recorder) ->
         client,
         recorder.emit,
         lookup=lambda namespace, name: body,
+        children=client.children,
         requeue=recorder.requeue,
         wall=lambda: "2026-12-06T20:00:00Z",
     )
@@ -91,6 +96,19 @@ def test_a_saturated_decode_pool_is_scaled_through_its_target() -> None:
     decision, learned = planner.view(NAMESPACE, NAME)
     assert decision is not None and decision.message == message and decision.time == "2026-12-06T20:00:00Z"
     assert learned is not None and learned["version"] == 1
+
+
+def test_the_next_round_reads_the_size_it_set_not_a_stale_status() -> None:
+    client, recorder = FakeClient(), Recorder()
+    _targets(client)
+    planner = _autoscaler(_service(PLANNER), client, recorder)
+    planner.observe((NAMESPACE, NAME), _saturated_round(), NOW)
+    planner.observe((NAMESPACE, NAME), _saturated_round(), NOW + 15)
+    scales = [path for method, path in client.writes if path.endswith("/scale")]
+    # The second round starts from the new size (status still says 1): no second "1 -> n" decision.
+    assert len(recorder.events) == len(set(recorder.events))
+    assert all(not message.startswith("decode 1 ->") for _, _, message in recorder.events[1:])
+    assert len(scales) == len(recorder.events)
 
 
 def test_external_mode_is_never_planned() -> None:
