@@ -1,7 +1,8 @@
 """Command line of the local control plane: `python -m e2e.cluster {build,up,down,status,env,kubeconfig}` (`up
---serving` for serving mode, see `python -m e2e.serving`), and for fault injection `python -m e2e.cluster
-{stop,start,restart} <component>` (etcd, apiserver, controller-manager, scheduler, kwok, lws-controller): one process
-stopped or brought back with its flags, ports and data."""
+--serving` for serving mode, see `python -m e2e.serving`; `up --metrics` adds the metrics pipeline: Prometheus and
+prometheus-adapter behind custom.metrics.k8s.io), and for fault injection `python -m e2e.cluster {stop,start,restart}
+<component>` (etcd, apiserver, controller-manager, scheduler, kwok, lws-controller, and with the pipeline prometheus,
+prometheus-adapter): one process stopped or brought back with its flags, ports and data."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     parser.add_argument("--dir", type=Path, default=None, help="state directory (default: .state/cluster)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build (or reuse) etcd, kube-*, kubectl, kwok, helm, promtool, lws-controller")
+    commands.add_parser(
+        "build",
+        help="build (or reuse) etcd, kube-*, kubectl, kwok, helm, promtool, lws-controller, prometheus, "
+        "prometheus-adapter",
+    )
     up = commands.add_parser("up", help="start the control plane and the fake GPU nodes")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("DISAGGSPEC_CLUSTER_NODES", "4")))
     up.add_argument(
@@ -35,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serving mode: kwok leaves readiness, restarts and deletion of pods to the pod runner "
         "(`python -m e2e.serving start`), which runs one local process per container on the pod's loopback IP",
+    )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also start the metrics pipeline: Prometheus scraping the SGLang servers of the pool pods and "
+        "prometheus-adapter serving them as custom.metrics.k8s.io for the HPA controller (docs/local-control-plane.md)",
     )
     commands.add_parser("down", help="stop every process `up` started and remove the state")
     commands.add_parser("status", help="show processes, health and nodes")
@@ -54,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             build.ensure_built()
         elif args.command == "up":
             shape = NodeShape(count=args.nodes, second_product_nodes=args.h100_nodes)
-            cluster.up(port_base=args.port_base, nodes=shape, serving=args.serving)
+            cluster.up(port_base=args.port_base, nodes=shape, serving=args.serving, metrics=args.metrics)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

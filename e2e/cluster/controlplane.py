@@ -1,5 +1,6 @@
 """Starts and stops the local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes and
-the LeaderWorkerSet controller (its CRDs, RBAC and webhooks rendered by `lws.py`).
+the LeaderWorkerSet controller (its CRDs, RBAC and webhooks rendered by `lws.py`), and on request (`metrics=True`)
+the metrics pipeline: Prometheus and prometheus-adapter behind the custom metrics API (`metrics.py`).
 
 Everything lives in one state directory: PKI, kubeconfigs, etcd data, one log per process, and a `cluster.json`
 that records the ports and the PIDs. `up` starts the components in dependency order, waits for each
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.cluster import build, lws, pki
+from e2e.cluster import build, lws, metrics, pki
 from e2e.cluster.processes import LOOPBACK, alive, is_ours, log, port_free, stop_pid, tail
 from e2e.cluster.servingdir import SERVING_DIR, stop_runner
 
@@ -62,14 +63,31 @@ runner (`python -m e2e.serving`), the kubelet double that runs one local process
 model cache's fill) completes when its process exits, not by kwok's pod-complete stage."""
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
+METRICS_COMPONENTS = ("prometheus", "prometheus-adapter")
+"""The processes of the metrics pipeline, started only by `up(metrics=True)`."""
+METRICS_BUILDS = (build.PROMETHEUS, build.PROMETHEUS_ADAPTER)
+"""Their cached builds, which a cluster without the pipeline does not need."""
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "lws-controller",
+    *METRICS_COMPONENTS,
+)
 """Every process of the local control plane, in start order (the keys of `State.pids`)."""
 COMPONENT_ALIASES = {
     "apiserver": "kube-apiserver",
     "controller-manager": "kube-controller-manager",
     "scheduler": "kube-scheduler",
     "lws": "lws-controller",
+    "adapter": "prometheus-adapter",
 }
+HPA_SYNC_PERIOD = "5s"
+"""kube-controller-manager's `--horizontal-pod-autoscaler-sync-period` (default 15 s): an HPA acts within seconds of a
+metric's change, which a test can wait for. Downscale stabilization keeps its default (5 minutes): an HPA that must
+scale down sooner says so in its own `behavior.scaleDown.stabilizationWindowSeconds`."""
 
 
 class ClusterError(RuntimeError):
@@ -115,10 +133,22 @@ class Ports:
     """The LeaderWorkerSet controller's webhook server (TLS, called by the API server)."""
     lws_health: int
     """Its health probes (`/healthz`, `/readyz`); its metrics endpoint is off."""
+    prometheus: int
+    """Prometheus's HTTP API and `/-/ready` (metrics pipeline only)."""
+    prometheus_adapter: int
+    """prometheus-adapter's TLS API server (metrics pipeline only), behind the custom metrics APIService."""
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
-        return cls(base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7)
+        return cls(*range(base, base + 10))
+
+    def of_components(self, metrics: bool) -> dict[str, int]:
+        """The ports a cluster binds: the metrics pipeline's only when it runs."""
+        ports = asdict(self)
+        if not metrics:
+            ports.pop("prometheus")
+            ports.pop("prometheus_adapter")
+        return ports
 
 
 @dataclass
@@ -156,6 +186,8 @@ class State:
     """kwok's pod network (`--cidr`); empty means the one `pod_cidr_for` derives from the port base."""
     serving: bool = False
     """Serving mode: kwok leaves readiness, restarts and deletion of pods to the pod runner (`SERVING_STAGE_FILES`)."""
+    metrics: bool = False
+    """The metrics pipeline runs: Prometheus and prometheus-adapter, registered as the custom metrics API."""
 
     def __post_init__(self) -> None:
         if not self.pod_cidr:
@@ -176,6 +208,7 @@ class State:
             "pids": self.pids,
             "pod_cidr": self.pod_cidr,
             "serving": self.serving,
+            "metrics": self.metrics,
         }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -187,7 +220,8 @@ class State:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        # A state written before the LWS controller existed lacks its ports: the ones its base would give.
+        # A state written before the LWS controller (or the metrics pipeline) existed lacks its ports: the ones its base
+        # would give.
         ports = {**asdict(Ports.from_base(data["ports"]["etcd_client"])), **data["ports"]}
         return cls(
             directory,
@@ -197,6 +231,7 @@ class State:
             # A state written before these fields existed: its kwok runs on the old network, without serving mode.
             pod_cidr=data.get("pod_cidr") or LEGACY_POD_CIDR,
             serving=bool(data.get("serving", False)),
+            metrics=bool(data.get("metrics", False)),
         )
 
 
@@ -319,12 +354,19 @@ class LocalCluster:
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
     def up(
-        self, port_base: int = 16379, nodes: NodeShape | None = None, timeout: float = 90.0, serving: bool = False
+        self,
+        port_base: int = 16379,
+        nodes: NodeShape | None = None,
+        timeout: float = 90.0,
+        serving: bool = False,
+        metrics: bool = False,
     ) -> State:
         """Start every component, or report that this state directory already runs a healthy cluster.
 
         `serving=True` starts kwok with the serving stages: pods become Running with a loopback IP but not Ready, and
-        terminating pods stay until the pod runner (`python -m e2e.serving start`) finalises them."""
+        terminating pods stay until the pod runner (`python -m e2e.serving start`) finalises them. `metrics=True` also
+        starts the metrics pipeline (`metrics.py`): Prometheus scraping the pool pods' SGLang servers and
+        prometheus-adapter serving them as `custom.metrics.k8s.io`, for the HPA controller."""
         existing = self.state()
         if existing is not None:
             running = self.running()
@@ -333,6 +375,12 @@ class LocalCluster:
                     want, have = ("serving", "default") if serving else ("default", "serving")
                     raise ClusterError(
                         f"the cluster in {self.directory} runs in {have} mode, not {want} mode; "
+                        "run `make cluster-down` first to change it"
+                    )
+                if existing.metrics != metrics:
+                    have = "with" if existing.metrics else "without"
+                    raise ClusterError(
+                        f"the cluster in {self.directory} runs {have} the metrics pipeline; "
                         "run `make cluster-down` first to change it"
                     )
                 log(f"already up: {existing.server}")
@@ -348,18 +396,20 @@ class LocalCluster:
                 "run `make cluster-down` to clear it (or set DISAGGSPEC_CLUSTER_DIR)"
             )
         ports = Ports.from_base(port_base)
-        busy = [f"{name}={port}" for name, port in asdict(ports).items() if not port_free(port)]
+        busy = [f"{name}={port}" for name, port in ports.of_components(metrics).items() if not port_free(port)]
         if busy:
             raise ClusterError(
                 f"ports already in use on {LOOPBACK}: {', '.join(busy)}; stop what holds them or pick another "
                 "base with DISAGGSPEC_CLUSTER_PORT_BASE"
             )
-        build.ensure_built()
+        # The metrics pipeline's binaries are built with the rest (`build.ALL`, so `make cluster-build` warms them),
+        # but a cluster without it does not need them.
+        build.ensure_built(build.ALL if metrics else tuple(c for c in build.ALL if c not in METRICS_BUILDS))
         self.directory.mkdir(parents=True, exist_ok=True)
         # Loopback pod IPs only where processes bind them: the EndpointSlice controller refuses loopback endpoints and
         # retries every Service that has pods, load a default-mode cluster has no reason to carry.
         pod_cidr = pod_cidr_for(port_base) if serving else LEGACY_POD_CIDR
-        state = State(self.directory, ports, nodes or NodeShape(), pod_cidr=pod_cidr, serving=serving)
+        state = State(self.directory, ports, nodes or NodeShape(), pod_cidr=pod_cidr, serving=serving, metrics=metrics)
         state.save()
         started = time.monotonic()
         try:
@@ -369,6 +419,8 @@ class LocalCluster:
             self.down(quiet=True)
             raise
         mode = ", serving mode (start the pod runner: python -m e2e.serving start)" if serving else ""
+        if metrics:
+            mode += f", metrics pipeline (Prometheus http://{LOOPBACK}:{ports.prometheus}, custom.metrics.k8s.io)"
         log(
             f"up in {time.monotonic() - started:.1f}s: {state.server}, {state.nodes.count} kwok GPU nodes Ready, "
             f"pod IPs in {state.pod_cidr}{mode}"
@@ -406,7 +458,7 @@ class LocalCluster:
             keys.client_key(pki.ADMIN),
             "admin",
         )
-        for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK, pki.LWS_CONTROLLER):
+        for client in (pki.CONTROLLER_MANAGER, pki.SCHEDULER, pki.KWOK, pki.LWS_CONTROLLER, pki.PROMETHEUS_ADAPTER):
             path = d / f"{client.filename}.kubeconfig"
             _write_kubeconfig(
                 path, state.server, keys.ca_cert, keys.client_cert(client), keys.client_key(client), client.user
@@ -416,6 +468,8 @@ class LocalCluster:
         pki.issue_loopback_serving_cert(keys, "lws-webhook", cert_dir / "tls.crt", cert_dir / "tls.key")
         config = lws.configuration(state.ports.lws_webhook, state.ports.lws_health, cert_dir, CLIENT_QPS, CLIENT_BURST)
         (d / lws.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        if state.metrics:
+            self._write_metrics_files(state, keys)
 
         self._start_component(state, "etcd", timeout)
         self._start_component(state, "kube-apiserver", timeout)
@@ -443,6 +497,39 @@ class LocalCluster:
                 crd_apply.kill()
                 crd_apply.communicate()
         self._start_component(state, "lws-controller", timeout)
+        if state.metrics:
+            ca = keys.ca_cert.read_bytes()
+            documents = metrics.cluster_objects(state.ports.prometheus_adapter, ca)
+            self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(documents))
+            for name in METRICS_COMPONENTS:
+                self._start_component(state, name, timeout)
+
+    @staticmethod
+    def _write_metrics_files(state: State, keys: pki.Pki) -> None:
+        """Prometheus's and the adapter's configuration files and the adapter's serving certificate."""
+        d = state.directory
+        config = metrics.prometheus_config(state.server, keys)
+        (d / metrics.PROMETHEUS_CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        (d / metrics.ADAPTER_CONFIG_FILE).write_text(yaml.safe_dump(metrics.adapter_config(), sort_keys=False))
+        certs = d / metrics.ADAPTER_CERT_DIR
+        names = metrics.adapter_dns_names()
+        pki.issue_loopback_serving_cert(keys, "prometheus-adapter", certs / "tls.crt", certs / "tls.key", names)
+
+    def _wait_api_service(self, state: State, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        """Wait until the API server reports every custom metrics APIService Available (it reached the adapter over
+        TLS and read its discovery), failing fast when the adapter exits."""
+        deadline = time.monotonic() + timeout
+        condition = "jsonpath={.status.conditions[?(@.type=='Available')].status}"
+        for version in metrics.API_VERSIONS:
+            name = f"{version}.{metrics.API_GROUP}"
+            while self.kubectl("get", "apiservice", name, "-o", condition, check=False).stdout.strip() != "True":
+                if proc.poll() is not None:
+                    log_path = state.directory / "logs" / "prometheus-adapter.log"
+                    raise ClusterError(f"prometheus-adapter exited with code {proc.returncode}:\n{tail(log_path)}")
+                if time.monotonic() > deadline:
+                    status = self.kubectl("get", "apiservice", name, "-o", "jsonpath={.status}", check=False).stdout
+                    raise ClusterError(f"APIService {name} not Available after {timeout:.0f}s: {status}")
+                time.sleep(0.2)
 
     def _install_lws(self, state: State, crd_apply: subprocess.Popen[str], timeout: float) -> None:
         """The objects the LWS controller needs before it starts: its namespace and RBAC, its webhook configurations,
@@ -473,6 +560,8 @@ class LocalCluster:
         self._wait(state, name, proc, self._probe(state, name), timeout)
         if name == "lws-controller":
             self._wait_lws_webhook(state, proc, timeout)
+        if name == "prometheus-adapter":
+            self._wait_api_service(state, proc, timeout)
 
     def _wait_lws_webhook(self, state: State, proc: subprocess.Popen[bytes], timeout: float) -> None:
         """Wait until the LWS webhook server accepts TLS with the local CA's certificate and serves the pod mutating
@@ -494,6 +583,9 @@ class LocalCluster:
             "kube-scheduler": f"https://{LOOPBACK}:{p.scheduler}/healthz",
             "kwok": f"http://{LOOPBACK}:{p.kwok}/healthz",
             "lws-controller": f"http://{LOOPBACK}:{p.lws_health}/readyz",
+            "prometheus": f"http://{LOOPBACK}:{p.prometheus}/-/ready",
+            # Anonymous: the adapter's delegated authorization always allows its health paths.
+            "prometheus-adapter": f"https://{LOOPBACK}:{p.prometheus_adapter}/readyz",
         }[name]
 
     def _argv(self, state: State, name: str) -> list[str]:
@@ -537,6 +629,20 @@ class LocalCluster:
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--cert-dir={d / 'apiserver-certs'}",
+                # The aggregation layer (front proxy), set whether or not the metrics pipeline runs: with no
+                # APIService backed by a Service these flags change nothing (the API server only presents the proxy
+                # certificate when it proxies to an aggregated API server), and one command line for every mode means
+                # a restart of the API server never depends on how the cluster was started. The request-header CA is
+                # the cluster CA: only the certificate whose CN is `front-proxy-client` may assert a user in
+                # X-Remote-* headers (every key of this local plane is in its state directory anyway).
+                # `--enable-aggregator-routing` stays off: the adapter's Service is an ExternalName (`metrics.py`).
+                f"--requestheader-client-ca-file={keys.ca_cert}",
+                f"--requestheader-allowed-names={pki.FRONT_PROXY_CLIENT.user}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={keys.client_cert(pki.FRONT_PROXY_CLIENT)}",
+                f"--proxy-client-key-file={keys.client_key(pki.FRONT_PROXY_CLIENT)}",
                 "--v=1",
             ]
         if name == "kube-controller-manager":
@@ -554,6 +660,7 @@ class LocalCluster:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # Each controller acts as its own ServiceAccount with the bootstrap RBAC roles, as kubeadm does.
                 "--use-service-account-credentials=true",
+                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
             ]
         if name == "kube-scheduler":
             return [
@@ -580,6 +687,12 @@ class LocalCluster:
                 "--zap-encoder=console",
                 "--zap-log-level=info",
             ]
+        if name == "prometheus":
+            return metrics.prometheus_argv(build.PROMETHEUS.path("prometheus"), d, p.prometheus)
+        if name == "prometheus-adapter":
+            kubeconfig = d / f"{pki.PROMETHEUS_ADAPTER.filename}.kubeconfig"
+            binary = build.PROMETHEUS_ADAPTER.path("prometheus-adapter")
+            return metrics.adapter_argv(binary, d, p.prometheus_adapter, p.prometheus, kubeconfig)
         raise ClusterError(f"unknown component {name!r}: one of {', '.join(COMPONENTS)}")
 
     # ---- one component at a time (fault injection) -------------------------------------------------------------
@@ -600,6 +713,8 @@ class LocalCluster:
             "kube-scheduler": [p.scheduler],
             "kwok": [p.kwok],
             "lws-controller": [p.lws_webhook, p.lws_health],
+            "prometheus": [p.prometheus],
+            "prometheus-adapter": [p.prometheus_adapter],
         }[name]
 
     def stop_component(self, name: str, grace: float = 15.0) -> None:
@@ -621,6 +736,10 @@ class LocalCluster:
         healthy. Refuses when it is still running (stop it first, or use `restart_component`)."""
         component = self._component(name)
         state = self.require_state()
+        if component in METRICS_COMPONENTS and not state.metrics:
+            raise ClusterError(
+                f"{component} belongs to the metrics pipeline, which this cluster runs without (up --metrics)"
+            )
         pid = state.pids.get(component)
         if pid is not None and alive(pid) and is_ours(pid, self.directory):
             raise ClusterError(f"{component} is already running (pid {pid}): use restart")
@@ -685,6 +804,13 @@ class LocalCluster:
         yield f"apiserver {state.server}: {'ready' if healthy else 'NOT READY'}"
         yield f"kubeconfig {state.kubeconfig}"
         yield f"lws webhook https://{LOOPBACK}:{state.ports.lws_webhook} (LeaderWorkerSet {build.LWS.version})"
+        if state.metrics:
+            p = state.ports
+            yield (
+                f"metrics: prometheus http://{LOOPBACK}:{p.prometheus}, prometheus-adapter "
+                f"https://{LOOPBACK}:{p.prometheus_adapter} ({metrics.API_GROUP} {' and '.join(metrics.API_VERSIONS)}; "
+                f"custom metrics {', '.join(metrics.METRICS)})"
+            )
         mode = "serving (readiness, restarts and deletion by the pod runner: python -m e2e.serving)"
         yield f"pod IPs {state.pod_cidr}, mode: {mode if state.serving else 'default (kwok marks pods Ready)'}"
         if healthy:

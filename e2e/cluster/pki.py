@@ -45,7 +45,25 @@ LWS_CONTROLLER = ClientIdentity(
     "system:serviceaccount:lws-system:lws-controller-manager",
     ("system:serviceaccounts", "system:serviceaccounts:lws-system"),
 )
-CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, LWS_CONTROLLER)
+# The aggregation layer's front proxy: the API server presents this certificate when it proxies a request to an
+# aggregated API server (custom.metrics.k8s.io: prometheus-adapter), which trusts the user in its X-Remote-* headers
+# only from a certificate of the request-header CA whose CN is in --requestheader-allowed-names (this one).
+FRONT_PROXY_CLIENT = ClientIdentity("front-proxy-client", "front-proxy-client")
+# The metrics pipeline (`up --metrics`, `metrics.py`): Prometheus lists and watches pods for its Kubernetes service
+# discovery, prometheus-adapter authenticates and authorizes requests by delegation and lists namespaces and pods;
+# each gets only the RBAC `metrics.py` binds to its user.
+PROMETHEUS = ClientIdentity("prometheus", "disaggspec:prometheus")
+PROMETHEUS_ADAPTER = ClientIdentity("prometheus-adapter", "disaggspec:prometheus-adapter")
+CLIENTS = (
+    ADMIN,
+    CONTROLLER_MANAGER,
+    SCHEDULER,
+    KWOK,
+    LWS_CONTROLLER,
+    FRONT_PROXY_CLIENT,
+    PROMETHEUS,
+    PROMETHEUS_ADAPTER,
+)
 
 
 @dataclass(frozen=True)
@@ -178,16 +196,20 @@ def generate(directory: Path) -> Pki:
     return pki
 
 
-def issue_loopback_serving_cert(keys: Pki, common_name: str, cert_path: Path, key_path: Path) -> None:
+def issue_loopback_serving_cert(
+    keys: Pki, common_name: str, cert_path: Path, key_path: Path, dns_names: tuple[str, ...] = ()
+) -> None:
     """Issue a serving certificate from the local CA of `keys` for a server on 127.0.0.1 (IP SAN 127.0.0.1, DNS SAN
-    localhost): a webhook server the API server calls by `url: https://127.0.0.1:<port>/...`, verified with the CA as
-    the webhook configuration's caBundle."""
+    localhost, and `dns_names`): a webhook server the API server calls by `url: https://127.0.0.1:<port>/...`,
+    verified with the CA as the webhook configuration's caBundle; or an aggregated API server, which the API server
+    verifies by the name of its APIService's Service (`<service>.<namespace>.svc`, given in `dns_names`)."""
     ca_cert = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
     ca_key = serialization.load_pem_private_key(keys.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{keys.ca_key} is not the EC key `generate` writes")
     key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in ("localhost", *dns_names)]
+    sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
     cert = _issue(_name(common_name), key, ca_cert, ca_key, ExtendedKeyUsageOID.SERVER_AUTH, sans)
     cert_path.parent.mkdir(parents=True, exist_ok=True)
     key_path.parent.mkdir(parents=True, exist_ok=True)
