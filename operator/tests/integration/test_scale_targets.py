@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from e2e.support.fixtures import Cluster
-from e2e.support.operator_install import wait_webhook_registered
-from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
+from e2e.support.operator_process import OperatorProcess
 from e2e.support.workloads import example, get, load, wait_ready
+from tests.integration.conftest import running_operator
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +29,10 @@ RESYNC_SECONDS = 3
 
 @pytest.fixture(scope="module")
 def resyncing_operator(installed_crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("scale-targets") / "operator.log"
-    env = {"DISAGGSPEC_RESYNC_SECONDS": str(RESYNC_SECONDS)}
-    process = OperatorProcess(installed_crd.kubeconfig, log, extra_env=env).start()
-    try:
-        wait_webhook_registered(installed_crd, process)
+    with running_operator(
+        installed_crd, tmp_path_factory, {"DISAGGSPEC_RESYNC_SECONDS": str(RESYNC_SECONDS)}
+    ) as process:
         yield process
-    finally:
-        process.stop()
-        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-            installed_crd.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found")
-        print(f"operator log: {log}\n{process.log_tail(40)}")
 
 
 def _autoscaled(path: Path) -> dict[str, Any]:

@@ -9,14 +9,18 @@ and keeps an object's status across applies; it does not run controllers: `roll_
 from __future__ import annotations
 
 import copy
+import datetime
 import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from disaggspec import apply
+from disaggspec import apply, rollout
 from disaggspec import constants as c
+from disaggspec.config import OperatorConfig
+from disaggspec.reconcile import Reconciler
+from disaggspec.runtime.caches import DisaggSpecServiceCache
 
 
 @dataclass(frozen=True)
@@ -277,3 +281,19 @@ class FakeClient(apply.Client):
     def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         with self._lock:
             self.events.append(Event(obj["metadata"]["name"], type_, reason, message))
+
+
+RECONCILER_START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def reconciler_for(client: FakeClient) -> Reconciler:
+    """A reconciler on `client` whose clock (RFC 3339, as the rollout planner reads it) advances a second per reading
+    from `RECONCILER_START`."""
+    ticks = itertools.count(1)
+    return Reconciler(
+        client,
+        OperatorConfig(),
+        client.post_event,
+        services=DisaggSpecServiceCache(),
+        clock=lambda: rollout.format_time(RECONCILER_START + datetime.timedelta(seconds=next(ticks))),
+    )

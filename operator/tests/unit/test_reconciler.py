@@ -6,15 +6,13 @@ No cluster: each case runs in milliseconds. The integration suite covers the sam
 from __future__ import annotations
 
 import copy
-import datetime
-import itertools
 import time
 from typing import Any, cast
 
 import kopf
 import pytest
 
-from disaggspec import apply, childrefusal, handlers, metrics, render, rollout
+from disaggspec import apply, childrefusal, handlers, metrics, render
 from disaggspec import conditions as r
 from disaggspec import constants as c
 from disaggspec.api import DisaggSpecServiceStatus, parse_service
@@ -24,11 +22,10 @@ from disaggspec.reconcile import ROLLBACK_HOLD_SECONDS, ApiMissing, HeldOff, Rec
 from disaggspec.render import names
 from disaggspec.revision import revision_name
 from disaggspec.runtime.availability import ApiAvailability
-from disaggspec.runtime.caches import DisaggSpecServiceCache
 from disaggspec.runtime.controller import Controller
 from disaggspec.servinghealth.judge import Judgement, Verdict
 from tests.unit.dss_cases import edited
-from tests.unit.fakes import Event, FakeClient
+from tests.unit.fakes import RECONCILER_START, Event, FakeClient, reconciler_for
 
 NAMESPACE = "team"
 NAME = "base"
@@ -45,19 +42,8 @@ def _manifest(edits: dict[str, Any] | None = None) -> dict[str, Any]:
     return obj
 
 
-START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-
-
-def _reconciler(client: FakeClient) -> Reconciler:
-    """A reconciler whose clock (RFC 3339, as the rollout planner reads it) advances a second per reading."""
-    ticks = itertools.count(1)
-    return Reconciler(
-        client,
-        OperatorConfig(),
-        client.post_event,
-        services=DisaggSpecServiceCache(),
-        clock=lambda: rollout.format_time(START + datetime.timedelta(seconds=next(ticks))),
-    )
+START = RECONCILER_START
+_reconciler = reconciler_for
 
 
 def _deployment(role: str, edits: dict[str, Any] | None = None) -> str:

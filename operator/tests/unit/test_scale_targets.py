@@ -4,29 +4,24 @@ their status kept, and pruned with autoscaling unset."""
 
 from __future__ import annotations
 
-import datetime
-import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from disaggspec import apply, render, rollout, scaletargets
+from disaggspec import apply, render, scaletargets
 from disaggspec import constants as c
 from disaggspec.api import parse_service
-from disaggspec.config import OperatorConfig
 from disaggspec.reconcile import Reconciler
 from disaggspec.render import names
-from disaggspec.runtime.caches import DisaggSpecServiceCache
 from disaggspec.validation import validate
 from tests.unit.dss_cases import edited
-from tests.unit.fakes import FakeClient
+from tests.unit.fakes import FakeClient, reconciler_for
 
 NAMESPACE = "team"
 NAME = "base"
 SCALING = {"mode": "External", "prefill": {"maxReplicas": 3}, "decode": {"minReplicas": 2, "maxReplicas": 6}}
-START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 def _manifest(scaling: dict[str, Any] | None = SCALING, decode_replicas: int = 2) -> dict[str, Any]:
@@ -38,15 +33,7 @@ def _manifest(scaling: dict[str, Any] | None = SCALING, decode_replicas: int = 2
     return obj
 
 
-def _reconciler(client: FakeClient) -> Reconciler:
-    ticks = itertools.count(1)
-    return Reconciler(
-        client,
-        OperatorConfig(),
-        client.post_event,
-        services=DisaggSpecServiceCache(),
-        clock=lambda: rollout.format_time(START + datetime.timedelta(seconds=next(ticks))),
-    )
+_reconciler = reconciler_for
 
 
 def _target_path(role: str) -> str:
