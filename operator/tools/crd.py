@@ -193,35 +193,47 @@ def openapi_schema() -> Schema:
     return root
 
 
-def crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
+def _definition(
+    name: str,
+    names: dict[str, Any],
+    subresources: dict[str, Any],
+    columns: list[dict[str, str]],
+    schema: Schema,
+) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition of the API's group with one served, stored version."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME},
+        "metadata": {"name": name},
         "spec": {
             "group": api.GROUP,
-            "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": list(api.SHORT_NAMES),
-                "categories": list(api.CATEGORIES),
-            },
+            "names": names,
             "scope": "Namespaced",
             "versions": [
                 {
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    names = {
+        "kind": api.KIND,
+        "listKind": f"{api.KIND}List",
+        "plural": api.PLURAL,
+        "singular": api.SINGULAR,
+        "shortNames": list(api.SHORT_NAMES),
+        "categories": list(api.CATEGORIES),
+    }
+    return _definition(CRD_NAME, names, {"status": {}}, PRINTER_COLUMNS, openapi_schema())
 
 
 POOL_PRINTER_COLUMNS: Final[list[dict[str, str]]] = [
@@ -255,33 +267,15 @@ def pool_crd() -> dict[str, Any]:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": POOL_CRD_NAME},
-        "spec": {
-            "group": api.GROUP,
-            "names": {
-                "kind": api.POOL_KIND,
-                "listKind": f"{api.POOL_KIND}List",
-                "plural": api.POOL_PLURAL,
-                "singular": api.POOL_SINGULAR,
-                "shortNames": list(api.POOL_SHORT_NAMES),
-                "categories": list(api.CATEGORIES),
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}, "scale": scale},
-                    "additionalPrinterColumns": POOL_PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
+    names = {
+        "kind": api.POOL_KIND,
+        "listKind": f"{api.POOL_KIND}List",
+        "plural": api.POOL_PLURAL,
+        "singular": api.POOL_SINGULAR,
+        "shortNames": list(api.POOL_SHORT_NAMES),
+        "categories": list(api.CATEGORIES),
     }
+    return _definition(POOL_CRD_NAME, names, {"status": {}, "scale": scale}, POOL_PRINTER_COLUMNS, schema)
 
 
 def _dump(obj: dict[str, Any]) -> str:
