@@ -7,9 +7,10 @@ through the API server and scraping the emulated SGLang servers on their loopbac
 the `custom.metrics.k8s.io` APIService), the operator and the pod runner. Everything is real but the SGLang servers
 (emulated, `docs/serving-emulator.md`); traffic goes only to 127.0.0.0/8.
 
-The HPA's target is a plain Deployment of SGLang servers (the emulator, run by the pod runner for any container
-started as `python3 -m sglang.launch_server`), labelled as decode pods of a service of their own so Prometheus
-scrapes them: the operator's pool Deployments are no target, since the operator resets their replicas to the spec's.
+The HPA's target is the decode pool's scale target, the `DisaggSpecPool` of a service with `spec.autoscaling.mode:
+External` (the operator's pool Deployments are no target: the operator renders their replicas): the HPA reads the
+pool's pods through the target's selector, sets the target through `/scale`, and the operator runs the pool at that
+size.
 """
 
 from __future__ import annotations
@@ -54,11 +55,10 @@ NODES = 2
 RELEASE: Final = "0.5.2"
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta1"
 METRIC = "sglang_num_running_reqs"
-HPA_TARGET = "sglang-hpa"
-HPA_MODEL = "hpa-emulated"
 TOKENS_PER_SECOND = 5
-"""The HPA target's emulated decode rate (`emulator.disaggspec.io/tokens-per-second`): a request of 20 tokens runs
-4 s, so a few concurrent streams keep `sglang:num_running_reqs` above the HPA's target between scrapes."""
+"""The decode servers' emulated per-request pace (`emulator.disaggspec.io/tokens-per-second`): a request of 20 tokens
+runs 4 s, so 8 concurrent streams keep `sglang:num_running_reqs` above the HPA's target of 2 per pod between
+scrapes."""
 
 
 @pytest.fixture(scope="module")
@@ -144,66 +144,29 @@ def test_the_custom_metrics_api_lists_the_pool_pods_with_their_sglang_metrics(pl
         print(f"custom metrics: running {running}, prompt tokens/s {prompt}, generated tokens/s {generated}")
 
 
-def _hpa_target(namespace: str) -> list[dict[str, Any]]:
-    """A Deployment of one unified SGLang server (no PD: it serves requests alone) whose pods Prometheus keeps (role
-    decode of a service of their own), and an autoscaling/v2 HPA on their mean `sglang_num_running_reqs` (target 1
-    per pod, 1 to 3 replicas, no stabilization in either direction so the test sees each decision at once)."""
-    labels = {
-        "app": HPA_TARGET,
-        "disaggspec.io/service": HPA_TARGET,
-        "disaggspec.io/role": "decode",
-        "app.kubernetes.io/version": RELEASE,
-    }
-    command = ["python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"]
-    command += ["--served-model-name", HPA_MODEL, "--host", "0.0.0.0", "--port", "30000", "--enable-metrics"]
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": HPA_TARGET, "namespace": namespace},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": HPA_TARGET}},
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {"emulator.disaggspec.io/tokens-per-second": str(TOKENS_PER_SECOND)},
-                },
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "sglang",
-                            "image": f"disaggspec/sglang:v{RELEASE}-disaggspec",
-                            "command": command,
-                            "ports": [{"name": "http", "containerPort": 30000}],
-                            # SGLang's /health generates one token (about a second here): more than the default
-                            # 1 s timeout.
-                            "readinessProbe": {
-                                "httpGet": {"path": "/health", "port": "http"},
-                                "periodSeconds": 2,
-                                "timeoutSeconds": 5,
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+def _autoscaled(namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The llama example with `spec.autoscaling.mode: External` (decode 1 to 3) whose decode servers stream at
+    `TOKENS_PER_SECOND` (the emulator's per-request pace), and an autoscaling/v2 HPA on its decode scale target (the
+    DisaggSpecPool `<name>-decode`) on the mean `sglang_num_running_reqs` of the pool's pods (target 2 per pod, no
+    stabilization in either direction, so the test sees each decision at once)."""
+    obj = load(example("llama"))
+    obj["spec"]["sglang"] = {"version": RELEASE, "image": f"disaggspec/sglang:v{RELEASE}-disaggspec"}
+    obj["spec"]["decode"]["podAnnotations"] = {"emulator.disaggspec.io/tokens-per-second": str(TOKENS_PER_SECOND)}
+    obj["spec"]["autoscaling"] = {"mode": "External", "prefill": {"maxReplicas": 1}, "decode": {"maxReplicas": 3}}
+    name = obj["metadata"]["name"]
+    target = {"apiVersion": "disaggspec.io/v1alpha1", "kind": "DisaggSpecPool", "name": f"{name}-decode"}
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": HPA_TARGET, "namespace": namespace},
+        "metadata": {"name": f"{name}-decode", "namespace": namespace},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": HPA_TARGET},
+            "scaleTargetRef": target,
             "minReplicas": 1,
             "maxReplicas": 3,
             "metrics": [
                 {
                     "type": "Pods",
-                    "pods": {
-                        "metric": {"name": "sglang_num_running_reqs"},
-                        "target": {"type": "AverageValue", "averageValue": "1"},
-                    },
+                    "pods": {"metric": {"name": METRIC}, "target": {"type": "AverageValue", "averageValue": "2"}},
                 }
             ],
             "behavior": {
@@ -212,71 +175,67 @@ def _hpa_target(namespace: str) -> list[dict[str, Any]]:
             },
         },
     }
-    return [deployment, hpa]
+    return obj, hpa
 
 
-def _replicas(cluster: Cluster, namespace: str) -> int:
-    out = cluster.kubectl("get", "deployment", HPA_TARGET, "-n", namespace, "-o", "jsonpath={.spec.replicas}")
-    return int(out.stdout)
+def _decode_replicas(cluster: Cluster, namespace: str, name: str) -> list[int]:
+    """spec.replicas of the service's decode Deployments (one per revision)."""
+    selector = f"disaggspec.io/service={name},disaggspec.io/role=decode"
+    out = cluster.kubectl("get", "deployments", "-n", namespace, "-l", selector, "-o", "json").stdout
+    return sorted(int(item["spec"]["replicas"]) for item in json.loads(out)["items"])
 
 
-def _hpa(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    out = cluster.kubectl("get", "hpa", HPA_TARGET, "-n", namespace, "-o", "json").stdout
+def _hpa(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", "hpa", name, "-n", namespace, "-o", "json").stdout
     found: dict[str, Any] = json.loads(out)
     return found
 
 
-def test_the_hpa_controller_scales_a_deployment_on_sglang_running_requests(plane: ServingPlane) -> None:
+def test_the_hpa_controller_scales_a_decode_pool_through_its_scale_target(plane: ServingPlane) -> None:
     cluster = plane.cluster
     started = time.monotonic()
     with fresh_namespace(cluster, "hpa") as namespace:
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(_hpa_target(namespace)))
-        selector = f"app={HPA_TARGET}"
-        pod = wait_for(
-            "the HPA target's server Ready",
-            lambda: next(iter(ready_pods_by(cluster, namespace, selector)), None),
-            timeout=90,
-            interval=0.5,
-        )
-        # Idle: the HPA reads a valid metric (0 running requests) and keeps the minimum.
+        obj, hpa = _autoscaled(namespace)
+        obj = deploy(cluster, namespace, obj, timeout=150)
+        name, target = obj["metadata"]["name"], hpa["metadata"]["name"]
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa))
+        # Idle: the HPA reads a valid metric (0 running requests) through the target's selector and keeps 1.
         wait_for(
             "the HPA reading sglang_num_running_reqs",
-            lambda: _condition(_hpa(cluster, namespace), "ScalingActive") == "ValidMetricFound",
+            lambda: _condition(_hpa(cluster, namespace, target), "ScalingActive") == "ValidMetricFound",
             timeout=90,
             interval=1,
         )
-        assert _replicas(cluster, namespace) == 1
-        url = f"http://{pod['status']['podIP']}:30000"
-        load = Load(url=url, model=HPA_MODEL, streams=6, requests=10_000, duration=120.0, max_tokens=20)
-        with continuous(load) as flow:
-            wait_for("the HPA to scale the Deployment up to 3", lambda: _replicas(cluster, namespace) == 3, timeout=90)
-            hpa = _hpa(cluster, namespace)
+        assert _decode_replicas(cluster, namespace, name) == [1]
+        url = router_url(cluster, namespace, obj)
+        traffic = Load(url=url, model=served_model(obj), streams=8, requests=10_000, duration=150.0, max_tokens=20)
+        with continuous(traffic) as flow:
+            wait_for(
+                "the HPA to scale the decode pool to 3 through its DisaggSpecPool",
+                lambda: _decode_replicas(cluster, namespace, name) == [3],
+                timeout=120,
+            )
+            wait_for("3 decode servers ready", lambda: len(ready_pods(cluster, namespace, name, "decode")) == 3, 90)
+            hpa_seen = _hpa(cluster, namespace, target)
             report = flow.stop()
         assert report.succeeded and not report.failures, report.summary()
-        (current,) = hpa["status"]["currentMetrics"]
+        (current,) = hpa_seen["status"]["currentMetrics"]
         assert current["type"] == "Pods" and current["pods"]["metric"]["name"] == METRIC, current
-        # The traffic is over: no running request on any pod, so back to the minimum.
-        wait_for("the HPA to scale the Deployment back to 1", lambda: _replicas(cluster, namespace) == 1, timeout=90)
+        pool = json.loads(cluster.kubectl("get", "dsp", target, "-n", namespace, "-o", "json").stdout)
+        assert pool["spec"]["replicas"] == 3 and pool["status"]["desiredReplicas"] == 3, pool
+        # The traffic is over: no running request on any pod, so back to the minimum, and the operator follows.
+        wait_for(
+            "the HPA to scale the decode pool back to 1",
+            lambda: _decode_replicas(cluster, namespace, name) == [1],
+            timeout=120,
+        )
         events = cluster.kubectl(
             "get", "events", "-n", namespace, "--field-selector", "reason=SuccessfulRescale", "-o", "json"
         ).stdout
         messages = [event["message"] for event in json.loads(events)["items"]]
-        assert any("New size: 3" in m and "sglang_num_running_reqs above target" in m for m in messages), messages
+        assert any("New size: 3" in m and f"{METRIC} above target" in m for m in messages), messages
         assert any("New size: 1" in m for m in messages), messages
-    print(f"HPA up and down in {time.monotonic() - started:.0f}s: {messages}")
-
-
-def ready_pods_by(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
-    """The Ready, not terminating pods of `namespace` that `selector` selects."""
-    items: list[dict[str, Any]] = json.loads(
-        cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout
-    )["items"]
-    return [
-        p
-        for p in items
-        if not p["metadata"].get("deletionTimestamp")
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions") or [])
-    ]
+    print(f"HPA on the decode DisaggSpecPool up and down in {time.monotonic() - started:.0f}s: {messages}")
 
 
 def _condition(hpa: dict[str, Any], kind: str) -> str:
