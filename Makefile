@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create the Python venv (.venv) with the operator and its dev tools
 
-cluster-build: venv ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, helm (cached by version)
+cluster-build: venv ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, helm, promtool, lws, prometheus, prometheus-adapter (cached by version)
 	$(PY) -m e2e.cluster build
 
 cluster-up: cluster-build ## start the local control plane with 4 kwok GPU nodes
