@@ -1,0 +1,1 @@
+"""Tests of the pure parts of the performance benchmarks (no cluster)."""

@@ -1,0 +1,141 @@
+"""The pure parts of e2e.perf.bench_autoscale: the day's shape (6x swing, 3x burst), pool sizing, GPU-seconds
+integration, SLA attainment and its windows, the sampler's tally; no cluster."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from e2e.perf.bench_autoscale import (
+    ClusterSampler,
+    attainment,
+    attainment_windows,
+    day_curve,
+    gpu_seconds,
+    highest_rate,
+    servers_for,
+    sizes,
+    step_integral,
+    time_weighted_mean,
+)
+from e2e.perf.bench_capacity import Prediction, Ratio
+from e2e.serving.load.arrivals import mean_rate, poisson_arrivals
+from e2e.serving.load.client import Result
+from e2e.serving.load.sla import Sla
+
+
+def test_the_day_swings_six_times_and_bursts_three_times() -> None:
+    curve = day_curve(120.0, 720.0, swing=6.0, burst_factor=3.0, burst_hour=6.0, burst_seconds=60.0)
+    base = curve.base
+    hourly = [base.rate(h * 30.0) for h in range(24)]  # 720 s / 24 h: one hour every 30 s
+    assert max(hourly) == pytest.approx(120.0)  # the peak at 14:00
+    assert hourly.index(max(hourly)) == 14 and hourly.index(min(hourly)) == 2
+    assert max(hourly) / min(hourly) == pytest.approx(6.0)
+    # the burst: at 06:00 the rate jumps to three times what it was and holds for its minute, then falls back
+    assert curve.start == pytest.approx(180.0)
+    before = base.rate(180.0)
+    assert curve.rate(179.9) == pytest.approx(before, rel=1e-3)
+    for t in (180.0, 200.0, 239.9):
+        assert curve.rate(t) == pytest.approx(3.0 * before)
+    for t in (240.0, 500.0):
+        assert curve.rate(t) == pytest.approx(base.rate(t))
+    assert highest_rate(curve) == pytest.approx(3 * before) == pytest.approx(1.125 * 120.0)  # 3 x 0.375 of the peak
+    assert curve.peak() >= highest_rate(curve)
+    # the schedule follows the curve: the burst's minute gets three times the arrivals the base curve gives it
+    arrivals = [a.at for a in poisson_arrivals(curve, 0, 100_000)]
+    during = sum(180 <= t < 240 for t in arrivals)
+    assert during == pytest.approx(3 * before * 60, rel=0.05)
+    assert mean_rate(curve) > mean_rate(base)
+
+
+def test_a_burst_never_lowers_a_rising_curve() -> None:
+    curve = day_curve(10.0, 240.0, swing=6.0, burst_factor=1.2, burst_hour=8.0, burst_seconds=60.0)
+    assert all(curve.rate(t) >= curve.base.rate(t) for t in range(240))
+    assert curve.rate(139.0) == pytest.approx(curve.base.rate(139.0))  # the base rose past 1.2 x its 08:00 rate
+
+
+def test_no_burst_is_the_daily_curve() -> None:
+    curve = day_curve(60.0, 240.0, swing=6.0, burst_factor=3.0, burst_hour=6.0, burst_seconds=0.0)
+    assert all(curve.rate(t) == curve.base.rate(t) for t in range(240))
+    with pytest.raises(ValueError):
+        day_curve(60.0, 240.0, swing=0.5, burst_factor=3.0, burst_hour=6.0, burst_seconds=10.0)
+
+
+def test_each_pool_is_sized_for_its_own_demand() -> None:
+    assert servers_for(100.0, 30.0, 1.0) == 4
+    assert servers_for(90.0, 30.0, 1.0) == 3  # exactly full
+    assert servers_for(90.0, 30.0, 0.9) == 4
+    assert servers_for(0.0, 30.0, 0.9) == 1  # never fewer than one
+    prediction = Prediction(prefill_rps=30.0, decode_rps=94.0, system_rps=30.0, bound="prefill", servers={})
+    assert sizes(100.0, prediction, 0.9) == Ratio(4, 2)
+    with pytest.raises(ValueError):
+        servers_for(10.0, 0.0, 0.9)
+
+
+def test_gpu_seconds_integrate_a_step_function() -> None:
+    samples = [(0.0, 2), (10.0, 4), (15.0, 3)]
+    assert gpu_seconds(samples, 0.0, 20.0) == pytest.approx(2 * 10 + 4 * 5 + 3 * 5)
+    # a window inside the samples, and one starting before the first sample (its value already held)
+    assert gpu_seconds(samples, 12.0, 16.0) == pytest.approx(4 * 3 + 3 * 1)
+    assert gpu_seconds([(5.0, 8)], 0.0, 10.0) == pytest.approx(80.0)
+    # unsorted samples, samples after the window, an empty window
+    assert gpu_seconds([(15.0, 3), (0.0, 2), (30.0, 100), (10.0, 4)], 0.0, 20.0) == pytest.approx(55.0)
+    assert gpu_seconds(samples, 5.0, 5.0) == 0.0 and gpu_seconds([], 0.0, 10.0) == 0.0
+    assert step_integral([(0.0, 1.0), (1.0, 3.0)], 0.0, 2.0) == pytest.approx(4.0)
+    assert time_weighted_mean([(0.0, 1.0), (1.0, 3.0)], 0.0, 2.0) == pytest.approx(2.0)
+    assert time_weighted_mean([], 0.0, 2.0) is None
+
+
+def _result(index: int, at: float, ttft: float | None, itl: float | None, kind: str = "ok") -> Result:
+    return Result(
+        index, scheduled=at, prompt_tokens=10, output_tokens_asked=4, kind=kind, sent=at, status=200,
+        output_tokens=4, ttft=ttft, itl=itl, e2e=(ttft or 0) + 3 * (itl or 0),
+    )  # fmt: skip
+
+
+def test_attainment_counts_failures_and_both_targets() -> None:
+    sla = Sla(ttft_ms=2000, itl_ms=100)
+    results = [
+        _result(0, 0.5, 0.1, 0.05),  # met
+        _result(1, 1.5, 2.5, 0.05),  # TTFT missed
+        _result(2, 2.5, 0.1, 0.2),  # ITL missed
+        _result(3, 3.5, None, None, kind="http"),  # failed
+        _result(4, 4.5, 1.9, 0.099),  # met
+    ]
+    assert attainment(results, sla) == pytest.approx(0.4)
+    assert attainment([], sla) is None
+    windows = attainment_windows(results, sla, window=2.0, horizon=6.0)
+    assert [w["requests"] for w in windows] == [2, 2, 1]
+    assert [w["attainment"] for w in windows] == [0.5, 0.0, 1.0]
+    assert [w["offered_rps"] for w in windows] == [1.0, 1.0, 0.5]
+    empty = attainment_windows(results[:1], sla, window=2.0, horizon=6.0)
+    assert empty[1]["attainment"] is None and math.isclose(empty[0]["attainment"], 1.0)
+
+
+def _pod(
+    ns: str, role: str, gpus: int, *, node: bool = True, phase: str = "Running", ready: bool = True
+) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "labels": {"disaggspec.io/role": role}, "uid": f"{ns}-{role}-{gpus}"},
+        "spec": {
+            "nodeName": "n0" if node else None,
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_the_sampler_counts_gpus_held_and_ready_servers() -> None:
+    pods = [
+        _pod("a", "prefill", 8),
+        _pod("a", "decode", 8, ready=False),  # loading: holds its GPUs, not ready
+        _pod("a", "decode", 8, node=False, phase="Pending", ready=False),  # unscheduled: holds nothing
+        _pod("b", "decode", 1, phase="Succeeded", ready=False),  # gone
+        _pod("b", "prefill", 1),
+    ]
+    sample = ClusterSampler.tally(12.0, pods)
+    assert sample.gpus == {"a": 16, "b": 1}
+    assert sample.pods == {"a": {"prefill": 1, "decode": 1}, "b": {"prefill": 1}}
+    assert sample.ready == {"a": {"prefill": 1}, "b": {"prefill": 1}}
