@@ -340,6 +340,17 @@ def api_reference() -> str:
     ]
     for place in model_places:
         lines += ["", *_object_section(place, link)]
+    lines += [
+        "",
+        f"## {api.POOL_KIND}",
+        "",
+        f"`{api.POOL_KIND}` (`{api.API_VERSION}`, short name `{api.POOL_SHORT_NAMES[0]}`) is the per-pool scale "
+        "target of a service with `spec.autoscaling` (docs/operator.md, Autoscaling): the operator creates "
+        "`NAME-prefill` and `NAME-decode`, owned by the service, and writes their status; `spec.replicas` belongs to "
+        "whoever scales them, through the `/scale` subresource.",
+    ]
+    for path, cls in (("spec", api.DisaggSpecPoolSpec), ("status", api.DisaggSpecPoolStatus)):
+        lines += ["", *_object_section(ObjectPlace(f"{api.POOL_KIND}.{path}", cls), link)]
     return "\n".join(lines)
 
 
