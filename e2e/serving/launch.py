@@ -95,6 +95,15 @@ def _base_env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def drain_timeout(pod: dict[str, Any]) -> float:
+    """The emulator's bound on its SIGTERM drain: the pod's terminationGracePeriodSeconds (the kubelet's default 30
+    when unset). SGLang's own drain (`TokenizerManager.sigterm_watchdog`, both releases) waits for the requests in
+    flight with no bound of its own; what ends it is the kubelet's SIGKILL at the grace period, so a long generation
+    on a pod with a long grace period (drainSeconds) is served to the end, as on GPUs."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(grace) if grace is not None else 30.0
+
+
 def emulator_options(pod: dict[str, Any]) -> list[str]:
     """`--emulate key=value` for every `emulator.disaggspec.io/<key>` annotation of the pod, plus `revision=<the
     pod's spec-fingerprint label>` and `gpu=<its nodeSelector's nvidia.com/gpu.product>` when the pod has them and no
@@ -195,6 +204,8 @@ class ServingLauncher:
             "--namespace",
             str(meta.get("namespace") or "default"),
             *(["--kubeconfig", self.admin_kubeconfig] if self.admin_kubeconfig else []),
+            "--drain-timeout",
+            f"{drain_timeout(pod):g}",
             *emulator_options(pod),
             "--",
             *args,

@@ -79,3 +79,18 @@ def test_leaderworkerset_worker_pod_plan() -> None:
     assert (cfg.nnodes, cfg.node_rank, cfg.dist_init_addr) == (2, 1, "llama-decode-0.llama-decode.ns:20000")
     without = ServingLauncher(admin_kubeconfig="").plan(pod, resolved)
     assert without is not None and "--kubeconfig" not in without.argv
+
+
+def test_the_drain_is_bounded_by_the_pods_grace_period() -> None:
+    """SGLang drains without a bound of its own: the emulator's bound is the pod's terminationGracePeriodSeconds (a
+    time-scaled generation may take minutes of wall time), the kubelet's default 30 s when unset."""
+    pod = pool_pod({"app.kubernetes.io/version": "0.5.2"}, {})
+    container = {"name": "sglang", "command": ["python3", "-m", "sglang.launch_server"], "args": ["--model-path", "m"]}
+    plan = ServingLauncher(admin_kubeconfig="").plan(pod, container)
+    assert plan is not None
+    assert plan.argv[plan.argv.index("--drain-timeout") + 1] == "30"
+    pod["spec"] = {"terminationGracePeriodSeconds": 600}
+    plan = ServingLauncher(admin_kubeconfig="").plan(pod, container)
+    assert plan is not None
+    ours = plan.argv[: plan.argv.index("--")]
+    assert ours[ours.index("--drain-timeout") + 1] == "600"
