@@ -546,3 +546,20 @@ def test_the_planner_imports_only_the_standard_library_samples_and_constants() -
                     or (top in sys.stdlib_module_names and top not in {"time", "os", "socket", "urllib"})
                     or name == "__future__"
                 ), (path.name, name)
+
+
+def test_a_queue_from_before_the_last_scale_up_adds_no_server() -> None:
+    """Three prefill servers, two of them ready for only 20 s: the queue that built up on the first one before they
+    came (and still shows on all three) has not persisted 30 s at this size, so the guard waits for them."""
+    now = 10_000.0
+    old = pod(now, prompt=15_000.0, requests=15.0, queued=40.0)
+    new = [scrape for scrape in pod(now, prompt=5000.0, requests=5.0, queued=40.0) if scrape[0] >= now - 20]
+    prefill = PoolWindow(3, 3, {"pod-0": old, "pod-1": new, "pod-2": new})
+    window = ServiceWindow(prefill, decode_pool(now, 1, running=10.0), rolling_out=False)
+    decision, _ = decide(settings(), LEARNED, window, now)
+    assert "one more" not in decision.prefill.reason
+    # Once the three have held the queue for longer than persist_seconds, it does add one.
+    later = [scrape for scrape in pod(now, prompt=5000.0, requests=5.0, queued=40.0) if scrape[0] >= now - 60]
+    held = PoolWindow(3, 3, {"pod-0": old, "pod-1": later, "pod-2": later})
+    decision, _ = decide(settings(), LEARNED, ServiceWindow(held, window.decode, rolling_out=False), now)
+    assert decision.prefill.desired >= 4
