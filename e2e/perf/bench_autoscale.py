@@ -37,9 +37,9 @@ autoscalers see is wall-clock time: the planner is given S x the SLA targets (a 
 and the model load of every new pod (`emulator.disaggspec.io/load-seconds`) are the emulated values below times S.
 The operator's measuring round, which is the planner's control loop, runs every --health-interval (5 s) over
 --health-window (60 s) wall seconds instead of its defaults (15 s over 300 s), which would span hours of a day
-compressed into minutes. What is not scaled: the HPA's 15 s sync period, Prometheus' scrape interval, the kubelet's probe periods, the
-preStop pause: in emulated time they are S times shorter than on a real cluster, so both autoscalers react faster
-here than they would on GPUs.
+compressed into minutes. What is not scaled: the HPA's 15 s sync period, Prometheus' scrape interval, the kubelet's
+probe periods, the preStop pause: in emulated time they are S times shorter than on a real cluster, so both
+autoscalers react faster here than they would on GPUs.
 
 Figures per profile x arm (emulated time): SLA attainment (the share of scheduled requests that succeeded within both
 targets, `e2e.serving.load.sla`; MLPerf Inference Server constraints: Llama TTFT 2000 ms / ITL 100 ms, DeepSeek 2000
