@@ -612,11 +612,15 @@ def _skip(cluster: Cluster, arm: Arm, why: str, log: Callable[[str], None]) -> N
     cluster.kubectl("delete", "namespace", arm.namespace, "--wait=false", check=False)
 
 
-def prepare(cluster: Cluster, arms: list[Arm], s: Settings, curve: Burst, log: Callable[[str], None]) -> Prediction:
-    """Apply every arm's service at 1:1, predict one server's capacity from the servers' own model, then size each
-    arm (static: apply the replicas; autoscaled: scale its DisaggSpecPools to the start size, create the HPAs) and
-    wait until every arm runs its starting size."""
-    for arm in arms:
+def prepare(
+    cluster: Cluster, by_profile: Mapping[str, list[Arm]], curves: Mapping[str, Burst], s: Settings,
+    log: Callable[[str], None],
+) -> dict[str, Prediction]:  # fmt: skip
+    """Apply every arm's service at 1:1 (every profile at once: their models load together), then per profile
+    predict one server's capacity from the servers' own model and size each arm (static: apply the replicas;
+    autoscaled: scale its DisaggSpecPools to the start size), then wait until every arm runs its starting size and
+    create the HPAs. The predictions per profile."""
+    for arm in (a for arms in by_profile.values() for a in arms):
         arm.obj = service_object(arm.profile, arm.arm, Ratio(1, 1), s)
         cluster.kubectl("create", "namespace", arm.namespace)
         try:
@@ -625,6 +629,23 @@ def prepare(cluster: Cluster, arms: list[Arm], s: Settings, curve: Burst, log: C
             if arm.arm.startswith("static"):
                 raise
             _skip(cluster, arm, f"the service with spec.autoscaling was refused: {str(error)[:300]}", log)
+    predictions: dict[str, Prediction] = {}
+    for name, arms in by_profile.items():
+        predictions[name] = _size(cluster, arms, curves[name], s, log)
+    for name, arms in by_profile.items():
+        for arm in arms:
+            if arm.skipped:
+                continue
+            pools = _wait_pools(cluster, arm, arm.initial, s.ready_timeout)
+            if arm.arm == "hpa":
+                _start_hpa(cluster, arm, predictions[name], pools, s, log)
+            if not arm.skipped:
+                log(f"{arm.label}: starts at P:D {arm.initial} ({'; '.join(arm.notes) or 'no autoscaler'})")
+    return predictions
+
+
+def _size(cluster: Cluster, arms: list[Arm], curve: Burst, s: Settings, log: Callable[[str], None]) -> Prediction:
+    """One profile: predict from its first running arm's servers, then set every arm's starting size."""
     first = next(a for a in arms if not a.skipped)
     pools = _wait_pools(cluster, first, Ratio(1, 1), s.ready_timeout)
     prediction = predict(pools, Ratio(1, 1), s.prompt, s.output)
@@ -657,28 +678,29 @@ def prepare(cluster: Cluster, arms: list[Arm], s: Settings, curve: Burst, log: C
         for role, replicas in (("prefill", want.prefill), ("decode", want.decode)):
             if replicas != 1:
                 _scale_pool(cluster, arm, role, replicas)
-    for arm in arms:
-        if arm.skipped:
-            continue
-        pools = _wait_pools(cluster, arm, arm.initial, s.ready_timeout)
-        if arm.arm == "hpa":
-            names = [m for m in (s.hpa_prefill_metric, s.hpa_prefill_rate_metric, s.hpa_decode_metric) if m]
-            why = ""
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and (why := hpa_metrics_served(cluster, names)):
-                time.sleep(5)
-            if why:
-                _skip(cluster, arm, f"no per-pod metrics for the HPA after 300 s: {why}", log)
-                continue
-            metrics = hpa_metrics(arm.profile.bench, prediction, pools, s)
-            arm.notes.append(
-                "HPA targets per pod: "
-                + "; ".join(f"{role} " + ", ".join(f"{m} {t:g}" for m, t in metrics[role]) for role in POOLS)
-            )
-            for hpa in hpa_objects(arm, s, metrics):
-                cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa))
-        log(f"{arm.label}: starts at P:D {arm.initial} ({'; '.join(arm.notes) or 'no autoscaler'})")
     return prediction
+
+
+def _start_hpa(
+    cluster: Cluster, arm: Arm, prediction: Prediction, pools: Mapping[str, list[dict[str, Any]]], s: Settings,
+    log: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Wait (bounded) until custom.metrics.k8s.io serves the HPA's metrics, then create one HPA per pool."""
+    names = [m for m in (s.hpa_prefill_metric, s.hpa_prefill_rate_metric, s.hpa_decode_metric) if m]
+    why = ""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and (why := hpa_metrics_served(cluster, names)):
+        time.sleep(5)
+    if why:
+        _skip(cluster, arm, f"no per-pod metrics for the HPA after 300 s: {why}", log)
+        return
+    metrics = hpa_metrics(arm.profile.bench, prediction, pools, s)
+    arm.notes.append(
+        "HPA targets per pod: "
+        + "; ".join(f"{role} " + ", ".join(f"{m} {t:g}" for m, t in metrics[role]) for role in POOLS)
+    )
+    for hpa in hpa_objects(arm, s, metrics):
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa))
 
 
 def _wait_or_false(check: Callable[[], bool], timeout: float) -> bool:
@@ -719,7 +741,6 @@ def run_group(
         by_profile[arm.profile.bench.name].append(arm)
     curves: dict[str, Burst] = {}
     requests: dict[str, list[Request]] = {}
-    predictions: dict[str, Prediction] = {}
     for name, arms in by_profile.items():
         peak = arms[0].profile.peak_rps
         curve = day_curve(peak, s.day_seconds, s.swing, s.burst_factor, s.burst_hour, s.burst_seconds)
@@ -730,7 +751,7 @@ def run_group(
             length_model(f"fixed:{s.prompt}", f"fixed:{s.output}", None),
             s.seed,
         )
-        predictions[name] = prepare(cluster, arms, s, curve, log)
+    predictions = prepare(cluster, by_profile, curves, s, log)
     arms = [a for a in group.arms if not a.skipped]
     namespaces = [a.namespace for a in arms]
     api = KubeApi(kubeconfig)
