@@ -124,26 +124,11 @@ def identity() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if logging.getLogger().level > logging.DEBUG:
-        # kopf logs every handler success at INFO: one line per event of every child.
-        logging.getLogger("kopf").setLevel(logging.WARNING)
+    _configure_logging(args.log_level)
     settings = config.from_env()
     namespaces = tuple(args.namespace) or settings.namespaces
     client = apply.Client(_api_client())
-    elector: leader.LeaderElector | None = None
-    if args.leader_elect:
-        elector = leader.LeaderElector(
-            client,
-            args.leader_election_namespace,
-            args.leader_election_id,
-            identity(),
-            lease_duration=args.lease_duration_seconds,
-            renew_deadline=args.renew_deadline_seconds,
-            retry_period=args.retry_period_seconds,
-        )
-    else:
-        metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
+    elector = _leader_elector(args, client)
     controller = Controller(
         client,
         settings,
@@ -152,23 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         health=health.Health(grace_seconds=args.health_grace_seconds),
     )
     writer = client if elector is None else client.fenced(elector.is_leader)
-    planner = Autoscaler(
-        writer,
-        client.post_event,
-        lookup=controller.services.get,
-        children=controller.children.children,
-        requeue=controller.requeue,
-    )
-    controller.health_monitor.add_window_observer(planner)
-    controller.reconciler = Reconciler(
-        writer,
-        settings,
-        client.post_event,
-        services=controller.services,
-        runtime_health=controller.health_monitor.verdict,
-        availability=controller.availability,
-        planner=planner.view,
-    )
+    _attach_reconciler(controller, client, writer, settings)
     if args.webhook == "on":
         options = webhook_options(args)
         handlers.enable_webhook()
@@ -187,6 +156,53 @@ def main(argv: list[str] | None = None) -> int:
         if elector is not None:
             elector.release()
     return 0
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level > logging.DEBUG:
+        # kopf logs every handler success at INFO: one line per event of every child.
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+def _leader_elector(args: argparse.Namespace, client: apply.Client) -> leader.LeaderElector | None:
+    """The Lease elector of `--leader-elect` (started once everything is wired), else None."""
+    if not args.leader_elect:
+        metrics.IS_LEADER.set(1)  # the only replica: it always reconciles
+        return None
+    return leader.LeaderElector(
+        client,
+        args.leader_election_namespace,
+        args.leader_election_id,
+        identity(),
+        lease_duration=args.lease_duration_seconds,
+        renew_deadline=args.renew_deadline_seconds,
+        retry_period=args.retry_period_seconds,
+    )
+
+
+def _attach_reconciler(
+    controller: Controller, client: apply.Client, writer: apply.Client, settings: config.OperatorConfig
+) -> None:
+    """Gives `controller` its reconciler and the autoscaler that plans for it; both write through `writer` (fenced
+    by the Lease under leader election), Events go through `client`."""
+    planner = Autoscaler(
+        writer,
+        client.post_event,
+        lookup=controller.services.get,
+        children=controller.children.children,
+        requeue=controller.requeue,
+    )
+    controller.health_monitor.add_window_observer(planner)
+    controller.reconciler = Reconciler(
+        writer,
+        settings,
+        client.post_event,
+        services=controller.services,
+        runtime_health=controller.health_monitor.verdict,
+        availability=controller.availability,
+        planner=planner.view,
+    )
 
 
 def webhook_options(args: argparse.Namespace) -> webhook_config.WebhookOptions:

@@ -755,9 +755,7 @@ def plan(
     last written, `now` RFC 3339, `timing` the rollout's time budget (`render.rollout_timing`)."""
     desired = desired_replicas(service)
     current = live.get(fingerprint)
-    olds = sorted(
-        (rev for fp, rev in live.items() if fp != fingerprint), key=lambda rev: (rev.created or "", rev.fingerprint)
-    )
+    olds = _older(live, fingerprint)
     before = {entry.fingerprint: entry for entry in previous}
     known = before.get(fingerprint)
     created = (current.created if current is not None else None) or (known.created if known else None) or now
@@ -775,35 +773,79 @@ def plan(
     grown = _grow(service, current, scalable)
     held = _held(fingerprint, current, olds, desired, waited, deadline) if waited >= deadline else None
     if held:
-        asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
-        grown = {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
-    shrunk = _shrink(service, current, olds, scalable)
-    sizing = size_routers(service, fingerprint, current, olds, shrunk)
-    shifting = _traffic_behind(current, olds, shrunk, sizing)
-    if shifting:
-        # Traffic moves first: this pass sets the routers this scale-down needs, the next (finding them ready)
-        # removes the pods.
-        shrunk = _keep_ready(olds, shrunk)
+        grown = _no_further(grown, current)
+    shrunk, sizing, shifting = _scale_down(service, fingerprint, current, olds, scalable)
     current_replicas = {**grown, c.ROLE_ROUTER: sizing.replicas[fingerprint]}
     complete = current is not None and all(current.count(role).ready >= desired[role] for role in c.ROLES)
-    kept: dict[str, _OldStep] = {}
-    for old in olds:
-        pools = shrunk.get(old.fingerprint, {})
-        step = _old_step(old, specs[old.fingerprint], pools, before, (now, timing, complete, sizing))
-        if step is not None:
-            kept[old.fingerprint] = step
+    kept = _old_steps(olds, specs, shrunk, before, (now, timing, complete, sizing))
     current_step = Revision(fingerprint, service, current_replicas)
     blocked = False
     if held is None and current is not None and _stalled(current, current_step, olds, kept):
         # Nothing is pending, so the progress deadline would never pass: say at once what blocks the rollout.
         blocked, held = True, _blocked(service, fingerprint, current, olds, scalable)
-    wake_after: float | None = None if held else max(1.0, deadline - waited + 1)
     traffic: RevisionTraffic = "Failed" if held else "Rolling"
     plans = [current_step, *(step.revision for step in kept.values())]
     current_status = _revision_status(current, fingerprint, current_replicas, traffic, created, last_progress)
     current_status = current_status.model_copy(update={"capacity_share": _share(sizing.capacity_share[fingerprint])})
     statuses = _with_traffic([current_status, *(step.status for step in kept.values())])
+    draining = tuple(revision_name(fp) for fp in kept)
+    wake_after = _wake_after(held, waited, kept, timing)
+    return Plan(tuple(plans), tuple(statuses), held, draining, wake_after, blocked, shifting)
+
+
+def _older(live: Mapping[str, LiveRevision], fingerprint: str) -> list[LiveRevision]:
+    """The live revisions other than the current one, oldest first (the order they give up pods in)."""
+    return sorted(
+        (rev for fp, rev in live.items() if fp != fingerprint), key=lambda rev: (rev.created or "", rev.fingerprint)
+    )
+
+
+def _no_further(grown: Mapping[str, int], current: LiveRevision | None) -> dict[str, int]:
+    """`grown` for a held rollout: no pool of the current revision grows past what it asked for already (or one pod,
+    where it asked for none)."""
+    asked = {role: current.count(role).replicas if current else 0 for role in c.POOLS}
+    return {role: min(grown[role], max(asked[role], 1)) for role in c.POOLS}
+
+
+def _scale_down(
+    service: DisaggSpecService,
+    fingerprint: str,
+    current: LiveRevision | None,
+    olds: Sequence[LiveRevision],
+    scalable: Sequence[LiveRevision],
+) -> tuple[dict[str, dict[str, int]], RouterSizing, bool]:
+    """The older revisions' pools this pass (`_shrink`), the routers' sizing and whether traffic moves first
+    (`_traffic_behind`): then this pass sets the routers this scale-down needs, and the next (finding them ready)
+    removes the pods. The routers are sized for the whole scale-down either way."""
+    shrunk = _shrink(service, current, olds, scalable)
+    sizing = size_routers(service, fingerprint, current, olds, shrunk)
+    shifting = _traffic_behind(current, olds, shrunk, sizing)
+    return (_keep_ready(olds, shrunk) if shifting else shrunk), sizing, shifting
+
+
+def _old_steps(
+    olds: Sequence[LiveRevision],
+    specs: Mapping[str, DisaggSpecService | None],
+    shrunk: Mapping[str, Mapping[str, int]],
+    before: Mapping[str, RevisionStatus],
+    context: tuple[str, RolloutTiming, bool, RouterSizing],
+) -> dict[str, _OldStep]:
+    """By fingerprint, oldest first, the older revisions that stay this pass and what it does with each
+    (`_old_step`)."""
+    kept: dict[str, _OldStep] = {}
+    for old in olds:
+        step = _old_step(old, specs[old.fingerprint], shrunk.get(old.fingerprint, {}), before, context)
+        if step is not None:
+            kept[old.fingerprint] = step
+    return kept
+
+
+def _wake_after(held: str | None, waited: float, kept: Mapping[str, _OldStep], timing: RolloutTiming) -> float | None:
+    """When the pass must run again although nothing changes: just past the progress deadline (unless the rollout
+    holds already) or, at the latest, when a retiring router should be gone; never once no older revision stays."""
+    if not kept:
+        return None
+    wake_after: float | None = None if held else max(1.0, timing.progress_deadline_seconds - waited + 1)
     if any(step.retiring for step in kept.values()):
         wake_after = min(wake_after or timing.router_gone_seconds, timing.router_gone_seconds)
-    draining = tuple(revision_name(fp) for fp in kept)
-    return Plan(tuple(plans), tuple(statuses), held, draining, wake_after if draining else None, blocked, shifting)
+    return wake_after

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Final
 
 ACCEPT_LENGTH: Final = "sglang:spec_accept_length"
@@ -112,10 +113,15 @@ def parse(text: str) -> PodSample:
 
     Only the lines of the wanted names are parsed (`name{labels} value [timestamp]`): a server exports some 300
     lines, and a full parse of each scrape cost the operator's CPU (and the GIL) several times more."""
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    largest: dict[tuple[str, str], float] = {}
-    """(name, dp_rank label or "") -> the group's largest series, for the `PER_SERVER` counters."""
+    tally = _Tally()
+    for name, labels, value in _wanted_samples(text):
+        tally.add(name, labels, value)
+    return tally.sample()
+
+
+def _wanted_samples(text: str) -> Iterator[tuple[str, str, float]]:
+    """(name, the `{...}` text onwards or "" without labels, value) of each sample line of a wanted name; raises
+    ValueError on a line that is not a sample, and on text without one (every line counts, wanted or not)."""
     samples = 0
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -132,48 +138,66 @@ def parse(text: str) -> PodSample:
         fields = rest.split()
         if not fields:
             raise ValueError(f"a sample without a value: {line[:80]!r}")
-        value = float(fields[0])
-        if name in _QUEUE_GAUGES and end == brace and _label(line[end:], "priority"):
-            continue  # a per-priority breakdown of the total (0.5.23), which is its own series
-        if name == TOKEN_USAGE:
-            largest[(name, "")] = max(value, largest.get((name, ""), value))
-        sums[name] += value
-        counts[name] += 1
-        if name in PER_SERVER:
-            group = _dp_rank(line[end:]) if end == brace else ""
-            largest[(name, group)] = max(value, largest.get((name, group), value))
+        yield name, line[end:] if end == brace else "", float(fields[0])
     if not samples:
         raise ValueError("no sample in the text: not a Prometheus exposition")
 
-    def total(name: str) -> float | None:
-        return sums[name] if counts[name] else None
 
-    def mean(name: str) -> float | None:
-        return sums[name] / counts[name] if counts[name] else None
+@dataclass
+class _Tally:
+    """One scrape's wanted series folded as they are read: each name's sum and series count, and the largest series
+    where the pod's value is a maximum (`TOKEN_USAGE`, and the `PER_SERVER` counters per DP group)."""
 
-    def per_server(name: str) -> float | None:
-        groups = [value for (found, _), value in largest.items() if found == name]
+    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    largest: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(name, dp_rank label or "") -> the group's largest series."""
+
+    def add(self, name: str, labels: str, value: float) -> None:
+        if name in _QUEUE_GAUGES and _label(labels, "priority"):
+            return  # a per-priority breakdown of the total (0.5.23), which is its own series
+        if name == TOKEN_USAGE:
+            self._keep_largest(name, "", value)
+        self.sums[name] += value
+        self.counts[name] += 1
+        if name in PER_SERVER:
+            self._keep_largest(name, _dp_rank(labels), value)
+
+    def _keep_largest(self, name: str, group: str, value: float) -> None:
+        self.largest[(name, group)] = max(value, self.largest.get((name, group), value))
+
+    def sample(self) -> PodSample:
+        return PodSample(
+            accept_length=self._mean(ACCEPT_LENGTH),
+            accept_rate=self._mean(ACCEPT_RATE),
+            verify_calls=self._total(VERIFY_CALLS),
+            generation_tokens=self._total(GENERATION_TOKENS),
+            requests=self._total(REQUESTS),
+            bootstrap_failed=self._per_server(BOOTSTRAP_FAILED),
+            transfer_failed=self._per_server(TRANSFER_FAILED),
+            prompt_tokens=self._total(PROMPT_TOKENS),
+            running=self._total(RUNNING),
+            queued=self._total(QUEUED),
+            pd_queued=self._any_total(PD_QUEUES),
+            gen_throughput=self._total(GEN_THROUGHPUT),
+            token_usage=self.largest.get((TOKEN_USAGE, "")),
+        )
+
+    def _total(self, name: str) -> float | None:
+        return self.sums[name] if self.counts[name] else None
+
+    def _mean(self, name: str) -> float | None:
+        return self.sums[name] / self.counts[name] if self.counts[name] else None
+
+    def _per_server(self, name: str) -> float | None:
+        """The server's count: the sum over its DP groups of each group's largest series."""
+        groups = [value for (found, _), value in self.largest.items() if found == name]
         return sum(groups) if groups else None
 
-    def any_total(names: tuple[str, ...]) -> float | None:
-        found = [sums[name] for name in names if counts[name]]
+    def _any_total(self, names: tuple[str, ...]) -> float | None:
+        """The sum over those of `names` the release exports (a PD queue renamed between releases)."""
+        found = [self.sums[name] for name in names if self.counts[name]]
         return sum(found) if found else None
-
-    return PodSample(
-        accept_length=mean(ACCEPT_LENGTH),
-        accept_rate=mean(ACCEPT_RATE),
-        verify_calls=total(VERIFY_CALLS),
-        generation_tokens=total(GENERATION_TOKENS),
-        requests=total(REQUESTS),
-        bootstrap_failed=per_server(BOOTSTRAP_FAILED),
-        transfer_failed=per_server(TRANSFER_FAILED),
-        prompt_tokens=total(PROMPT_TOKENS),
-        running=total(RUNNING),
-        queued=total(QUEUED),
-        pd_queued=any_total(PD_QUEUES),
-        gen_throughput=total(GEN_THROUGHPUT),
-        token_usage=largest.get((TOKEN_USAGE, "")),
-    )
 
 
 def _dp_rank(labels: str) -> str:
