@@ -230,6 +230,21 @@ def sizes(rate: float, prediction: Prediction, utilization: float) -> Ratio:
     )
 
 
+def ideal_share(
+    curve: RateCurve, prediction: Prediction, utilization: float, gpus: Ratio, samples: int = 20_000
+) -> float:
+    """The GPU-seconds of an ideal tracker over those of static-peak: each pool sized at every instant for the
+    curve's rate (`sizes`, the same utilization), starting instantly, as before any accept-length drop. No autoscaler
+    that keeps the static arms' utilization can use less, so it says how far below static-peak a goal can be met."""
+    step = curve.duration / samples
+    peak = sizes(highest_rate(curve, samples), prediction, utilization)
+    held = 0.0
+    for i in range(samples):
+        want = sizes(curve.rate((i + 0.5) * step), prediction, utilization)
+        held += (want.prefill * gpus.prefill + want.decode * gpus.decode) * step
+    return held / ((peak.prefill * gpus.prefill + peak.decode * gpus.decode) * curve.duration)
+
+
 def step_integral(samples: Sequence[tuple[float, float]], start: float, end: float) -> float:
     """The integral over [start, end] of a step function sampled as (t, value): each value holds from its sample to
     the next one; before the first sample the first value holds (the state was already there when sampling began)."""
@@ -892,6 +907,15 @@ def figures(
             round(max((r for _, r in ratio), default=0), 3),
         ],
         "prediction": dataclasses.asdict(prediction),
+        "ideal_share": round(
+            ideal_share(
+                curve,
+                prediction,
+                s.utilization,
+                Ratio(gpus_per_pod(arm.obj, "prefill"), gpus_per_pod(arm.obj, "decode")),
+            ),
+            3,
+        ),
         "time_scale": scale,
         "accept_drop_emulated_s": None if drop_wall is None else round((drop_wall - start_wall) / scale, 1),
         "accept_set_pods": sum(1 for ns, _ in sampler.accept_set.values() if ns == arm.namespace),
@@ -940,6 +964,15 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {r['gpu_seconds']:.0f} | {rel} | {r['good_per_gpu_hour']} "
             f"| {r['prefill_range'][0]}-{r['prefill_range'][1]} | {r['decode_range'][0]}-{r['decode_range'][1]} "
             f"| {r['pd_ratio_mean']} ({r['pd_ratio_range'][0]}-{r['pd_ratio_range'][1]}) | {share} |"
+        )
+    ideal = {r["profile"]: r["ideal_share"] for r in rows if r.get("ideal_share") is not None}
+    if ideal:
+        lines.append("")
+        lines.append(
+            "An ideal tracker (each pool sized at every instant for the schedule's rate at the static arms' "
+            "utilization, no model load, no accept-length drop) would hold "
+            + ", ".join(f"{share:.2f} ({profile})" for profile, share in sorted(ideal.items()))
+            + " of static-peak's GPU-seconds: no autoscaler at that utilization can use less."
         )
     return "\n".join(lines)
 

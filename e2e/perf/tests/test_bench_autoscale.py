@@ -15,13 +15,14 @@ from e2e.perf.bench_autoscale import (
     day_curve,
     gpu_seconds,
     highest_rate,
+    ideal_share,
     servers_for,
     sizes,
     step_integral,
     time_weighted_mean,
 )
 from e2e.perf.bench_capacity import Prediction, Ratio
-from e2e.serving.load.arrivals import mean_rate, poisson_arrivals
+from e2e.serving.load.arrivals import Steps, mean_rate, poisson_arrivals
 from e2e.serving.load.client import Result
 from e2e.serving.load.sla import Sla
 
@@ -72,6 +73,24 @@ def test_each_pool_is_sized_for_its_own_demand() -> None:
     assert sizes(100.0, prediction, 0.9) == Ratio(4, 2)
     with pytest.raises(ValueError):
         servers_for(10.0, 0.0, 0.9)
+
+
+HALVES = Steps(((50.0, 10.0), (50.0, 40.0)))
+"""10 req/s for 50 s, then 40 for 50 s."""
+
+
+def test_the_ideal_tracker_holds_what_the_rate_needs_at_each_instant() -> None:
+    # One prefill server serves 10 req/s and one decode server 40 (at utilization 1): static-peak holds 4 + 1 pods
+    # (one GPU each, decode 8 GPUs in the second case); the tracker 1 + 1 for the first half, 4 + 1 for the second.
+    prediction = Prediction(prefill_rps=10.0, decode_rps=40.0, system_rps=10.0, bound="prefill", servers={})
+    assert ideal_share(HALVES, prediction, 1.0, Ratio(1, 1), samples=1000) == pytest.approx((2 * 50 + 5 * 50) / 500)
+    assert ideal_share(HALVES, prediction, 1.0, Ratio(1, 8), samples=1000) == pytest.approx(
+        (9 * 50 + 12 * 50) / (12 * 100)
+    )
+    # The compressed day at a 6x swing: the tracker holds well under static-peak, never more.
+    day = day_curve(30.0, 240.0, 6.0, 3.0, 6.0, 24.0)
+    share = ideal_share(day, Prediction(7.0, 60.0, 7.0, "prefill", {}), 0.9, Ratio(1, 1))
+    assert 0.3 < share < 1.0
 
 
 def test_gpu_seconds_integrate_a_step_function() -> None:

@@ -6,10 +6,12 @@ TTFT target T: each prefill server is its own queue (the router sends each reque
 time in system is S / (1 - rho) for a service time S (Kleinrock, Queueing Systems I, 3.2); with S = P / mu, TTFT <= T
 needs rho <= 1 - S / T. M/M/1 is the conservative choice: a deterministic prefill time (M/D/1) halves the wait, and
 the margin covers the KV transfer and the first decode step, which TTFT also holds. rho is clamped to
-[utilisation_min, utilisation_max]; prefill = ceil(D / (mu x rho)). Decode is sized for its requests N (running,
+[utilisation_min, utilisation_max]; prefill = ceil((D + Q x P / H) / (mu x rho)), where Q x P / H is the waiting
+queue's tokens to clear over H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running,
 waiting, in the PD queues) over what one server holds at the ITL target and within its KV pool (`capacity`):
 decode = ceil(N / (n x decode_headroom)). Scale-up uses the demand `lead_seconds` ahead on the window's trend (never
-below now, `signals.demand`); scale-down takes the highest recommendation of the last `stabilization_seconds`, only
+below now, `signals.demand`), now being the mean of the last `recent_seconds` or of the last `surge_seconds`,
+whichever is higher; scale-down takes the highest recommendation of the last `stabilization_seconds`, only
 once the planner has watched that long, never during a rollout, and removes at most half a pool per decision. Before
 a capacity is learned only saturation moves a pool: a waiting queue that persisted adds servers (one, or in
 proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum; otherwise it

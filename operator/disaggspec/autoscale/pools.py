@@ -61,6 +61,23 @@ def _saturation(
     return Proposal(pool.replicas + step, f"{queue}; capacity not learned yet: {step} more", inputs)
 
 
+def _prefill_rate(
+    settings: PlannerSettings, state: PlannerState, series: Series, start: float, end: float
+) -> float | None:
+    """One prefill server's prompt tokens/s: learned from the windows where a queue persisted (EWMA), and at least
+    what the busiest server served recently (it sustains that much)."""
+    tokens, seconds = cap.saturated(
+        series, state.learned_until or -math.inf, settings.queue_threshold, settings.persist_seconds
+    )
+    rate = state.prefill_rate
+    if seconds > 0 and tokens > 0:
+        rate = cap.ewma(rate, tokens / seconds, settings.learn_weight)
+    floor = cap.busiest(series, max(start, end - settings.recent_seconds), end)
+    if rate is not None and floor > rate:
+        rate = floor
+    return rate
+
+
 def prefill(
     settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float
 ) -> tuple[Proposal, PlannerState]:
@@ -70,63 +87,66 @@ def prefill(
     start, end = bounds
     grown = sig.intervals(series)
     prompts, requests = sum(i.grew("prompt_tokens") for i in grown), sum(i.grew("requests") for i in grown)
-    mean_prompt = prompts / requests if requests > 0 else state.mean_prompt
+    mean_prompt = (prompts / requests if requests > 0 else state.mean_prompt) or 0.0
     queue = sig.gauge_points(series, sig.queued)
     served = sig.rate_points(series, "prompt_tokens")
-    served_requests = sig.rate_points(series, "requests")
     # Arrivals = served + the waiting queue's growth (requests, converted to tokens with the mean prompt).
     growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(queue)]
-    arriving = [(t, s + g * (mean_prompt or 0.0)) for (t, s), g in zip(served, growth, strict=True)]
-    demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds)
-    tokens, seconds = cap.saturated(
-        series, state.learned_until or -math.inf, settings.queue_threshold, settings.persist_seconds
-    )
-    rate = state.prefill_rate
-    if seconds > 0 and tokens > 0:
-        rate = cap.ewma(rate, tokens / seconds, settings.learn_weight)
-    floor = cap.busiest(series, max(start, end - settings.recent_seconds), end)
-    if rate is not None and floor > rate:  # one server served that much: it sustains at least that
-        rate = floor
-    state = replace(state, prefill_rate=rate, mean_prompt=mean_prompt)
+    arriving = [(t, s + g * mean_prompt) for (t, s), g in zip(served, growth, strict=True)]
+    demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
+    rate = _prefill_rate(settings, state, series, start, end)
+    state = replace(state, prefill_rate=rate, mean_prompt=mean_prompt or None)
     recent_growth = sig.mean(
         sig.recent([(t, g) for (t, _), g in zip(served, growth, strict=True)], end, settings.recent_seconds)
     )
+    # The queue already waiting must be served on top of the arrivals: sizing for the arrivals alone leaves a backlog
+    # that drains only at the margin the utilisation target leaves (measured on the capacity emulator: a 3x burst's
+    # queue outlived the burst). It is planned to clear over the lead (the servers asked now are up by then), and
+    # over at least `persist_seconds`, the planner's notion of a queue that lasts.
+    drain = max(settings.lead_seconds, settings.persist_seconds)
+    backlog = max(queue[-1][1], 0.0) / drain
     inputs = {
         "prompt_tokens_per_second": demand.now,
         "forecast_prompt_tokens_per_second": demand.forecast,
-        "requests_per_second": sig.mean(sig.recent(served_requests, end, settings.recent_seconds)) + recent_growth,
+        "requests_per_second": sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
+        + recent_growth,
         "queued": queue[-1][1],
+        "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
     }
+    if demand.forecast <= 0 and queue[-1][1] <= 0:
+        return Proposal(0, "no prompt tokens in the window", inputs), state
+    if rate is None:
+        return _unlearned_prefill(settings, pool, inputs, end, demand.now, max(recent_growth, 0.0) + backlog), state
+    utilisation = min(
+        max(1.0 - mean_prompt / rate / settings.ttft_seconds, settings.utilisation_min), settings.utilisation_max
+    )
+    need = ceil((demand.forecast + backlog * mean_prompt) / (rate * utilisation))
+    inputs |= {"server_tokens_per_second": rate, "utilisation_target": utilisation, "mean_prompt_tokens": mean_prompt}
     ahead = (
         f" (forecast {fmt(demand.forecast)} in {settings.lead_seconds:.0f} s)"
         if demand.forecast > demand.now * 1.05
         else ""
     )
-    if demand.forecast <= 0 and queue[-1][1] <= 0:
-        return Proposal(0, "no prompt tokens in the window", inputs), state
-    if rate is None:
-        served_now = sig.mean(sig.recent(served_requests, end, settings.recent_seconds))
-        saturated = _saturation(settings, pool, served_now, max(recent_growth, 0.0), "requests")
-        if saturated is not None:
-            return replace(saturated, inputs=inputs | saturated.inputs), state
-        text = (
-            f"{fmt(demand.now)} prompt tokens/s; capacity not learned yet (no window with a persisting queue): holding"
-        )
-        return Proposal(pool.replicas, text, inputs), state
-    service = (mean_prompt or 0.0) / rate
-    utilisation = min(max(1.0 - service / settings.ttft_seconds, settings.utilisation_min), settings.utilisation_max)
-    need = ceil(demand.forecast / (rate * utilisation))
-    inputs |= {
-        "server_tokens_per_second": rate,
-        "utilisation_target": utilisation,
-        "mean_prompt_tokens": mean_prompt or 0.0,
-    }
+    clear = f" + a queue of {fmt(queue[-1][1])} to clear in {drain:.0f} s" if backlog > 0 else ""
     text = (
-        f"{fmt(demand.now)} prompt tokens/s{ahead} over {pool.ready} servers; one server {fmt(rate)} at utilisation "
-        f"{utilisation:.2f} (mean prompt {fmt(mean_prompt or 0.0)} tokens, TTFT {settings.ttft_seconds * 1000:.0f} ms)"
+        f"{fmt(demand.now)} prompt tokens/s{ahead}{clear} over {pool.ready} servers; one server {fmt(rate)} at "
+        f"utilisation {utilisation:.2f} (mean prompt {fmt(mean_prompt)} tokens, "
+        f"TTFT {settings.ttft_seconds * 1000:.0f} ms)"
     )
     return Proposal(need, text, inputs), state
+
+
+def _unlearned_prefill(
+    settings: PlannerSettings, pool: PoolWindow, inputs: dict[str, float], end: float, tokens_now: float, growth: float
+) -> Proposal:
+    """Before a prefill server's rate is learned: saturation only (a persisting queue adds servers), else hold."""
+    served_now = sig.mean(sig.recent(sig.rate_points(pool.series, "requests"), end, settings.recent_seconds))
+    saturated = _saturation(settings, pool, served_now, growth, "requests")
+    if saturated is not None:
+        return replace(saturated, inputs=inputs | saturated.inputs)
+    text = f"{fmt(tokens_now)} prompt tokens/s; capacity not learned yet (no window with a persisting queue): holding"
+    return Proposal(pool.replicas, text, inputs)
 
 
 def decode(
@@ -149,7 +169,7 @@ def decode(
     state = replace(state, step_samples=steps, kv_requests=kv, accept_length=accept)
     length = accept or 1.0
     points = sig.gauge_points(series, sig.concurrency)
-    demand = sig.demand(points, now, settings.recent_seconds, settings.lead_seconds)
+    demand = sig.demand(points, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
     inputs = {
         "requests": demand.now,
         "forecast_requests": demand.forecast,

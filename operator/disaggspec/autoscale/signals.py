@@ -171,13 +171,18 @@ class Demand:
     """The trend (per second)."""
 
 
-def demand(points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float) -> Demand:
-    """The mean of the recent points, and its linear extrapolation to `now + lead_seconds`: never below the mean
-    (scale-up looks ahead, it never scales for a fall that has not happened) and at most twice it (a short window's
-    trend is not extrapolated into a surge)."""
+def demand(
+    points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
+) -> Demand:
+    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and its
+    linear extrapolation to `now + lead_seconds`: never below the mean (scale-up looks ahead, it never scales for a
+    fall that has not happened) and at most twice it (a short window's trend is not extrapolated into a surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
     latest = recent(points, points[-1][0], recent_seconds)
+    if surge_seconds > 0:
+        last = recent(points, points[-1][0], surge_seconds)
+        latest = max(latest, last, key=mean)
     current = max(mean(latest), 0.0)
     trend = slope(points)
     centre = sum(t for t, _ in latest) / len(latest)

@@ -265,12 +265,14 @@ def test_a_persisting_prefill_queue_scales_up_and_teaches_the_server_rate() -> N
         return 3.0 + (t - (now - WINDOW))
 
     window = ServiceWindow(prefill_pool(now, 2, 5000.0, queued=growing), decode_pool(now, 2, 100.0), False)
-    decision, state = decide(settings(), PlannerState(), window, now)
+    decision, state = decide(settings(prefill=PoolLimits(1, 20)), PlannerState(), window, now)
     assert state.prefill_rate == pytest.approx(5000.0)
-    # Arrivals 12,000 tokens/s; one server 5,000 x 0.6: 4 servers.
+    # Arrivals 12,000 tokens/s, plus the 606 requests queued (303 per server) to clear in persist_seconds (30 s):
+    # 20,200 tokens/s more; one server 5,000 x 0.6: 11 servers (the arrivals alone would ask 4).
     assert decision.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(12000.0)
-    assert decision.prefill.desired == 4 == math.ceil(12000 / (5000 * 0.6))
-    assert decision.message.startswith("prefill 2 -> 4: 12,000 prompt tokens/s over 2 servers")
+    assert decision.prefill.inputs["backlog_prompt_tokens_per_second"] == pytest.approx(606 * 1000 / 30)
+    assert decision.prefill.desired == 11 == math.ceil((12000 + 606 * 1000 / 30) / (5000 * 0.6))
+    assert decision.message.startswith("prefill 2 -> 11: 12,000 prompt tokens/s + a queue of 606 to clear in 30 s")
 
 
 def test_before_a_capacity_is_learned_only_a_persisting_queue_moves_a_pool() -> None:
@@ -428,9 +430,13 @@ def test_the_lead_forecast_scales_up_earlier_on_a_rising_trend() -> None:
     window = ServiceWindow(prefill_pool(now, 2, rising), decode_pool(now, 2, 100.0), rolling_out=False)
     plain, _ = decide(settings(), LEARNED, window, now)
     ahead, _ = decide(settings(lead_seconds=120.0), LEARNED, window, now)
-    # Demand now: the mean of the rates of the last 60 s (7,250), which lags the trend (20 tokens/s per second) by
-    # 37.5 s (the rates of five 15 s intervals, the newest centred 7.5 s ago): the trend at now is 8,000.
-    assert plain.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7250.0)
+    # Demand now: the mean of the rates of the last 20 s (surge_seconds: the newest two 15 s intervals, 7,550 and
+    # 7,850), which is above the last 60 s' (7,250); it lags the trend (20 tokens/s per second) by 15 s: the trend
+    # at now is 8,000 either way.
+    assert plain.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7700.0)
+    minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
+    assert minute.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7250.0)
+    assert minute.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0)
     assert plain.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0)
     assert ahead.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0 + 20 * 120)
     assert (plain.prefill.desired, ahead.prefill.desired) == (3, 4)  # 8,000 and 10,400 over 3,000
@@ -439,6 +445,21 @@ def test_the_lead_forecast_scales_up_earlier_on_a_rising_trend() -> None:
     falling = ServiceWindow(prefill_pool(now, 2, lambda t: rising(2 * now - WINDOW - t)), window.decode, False)
     down, _ = decide(settings(lead_seconds=120.0), LEARNED, falling, now)
     assert down.prefill.inputs["forecast_prompt_tokens_per_second"] == down.prefill.inputs["prompt_tokens_per_second"]
+
+
+def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
+    """Arrivals step from 2,000 to 6,000 tokens/s per server 20 s before now: the last 20 s see the new rate, the
+    minute's mean does not yet (the servers of a 3x burst are asked a round or more earlier)."""
+    now = 1000.0
+
+    def step(t: float) -> float:
+        return 2000.0 if t < now - 20 else 6000.0
+
+    window = ServiceWindow(prefill_pool(now, 2, step), decode_pool(now, 2, 100.0), rolling_out=False)
+    surge, _ = decide(settings(), LEARNED, window, now)
+    minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
+    assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
+    assert surge.prefill.desired > minute.prefill.desired
 
 
 def test_the_state_round_trips_through_its_wire_form() -> None:
