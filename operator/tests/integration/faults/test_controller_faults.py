@@ -1,30 +1,26 @@
-"""Controller correctness under faults, against a real control plane (issue 13).
+"""Controller correctness under faults, against a real control plane (issue 13); the API server outages are in
+test_outages.
 
 Every test injects one fault and checks what the operator does about it: a cut-off (SIGSTOP) across an API server
 restart, so its resumed watches get 410 Gone and re-list; foreign writers; a hung webhook; two replicas with leader
-election; a burst of services under the chart's least-privilege ServiceAccount; a 25 s API server outage; a denied
-namespace.
+election; a burst of services under the chart's least-privilege ServiceAccount; a denied namespace.
 
-The module runs its own control plane (`private_cluster`): several tests stop or restart its API server, which must
-never happen to the session cluster other modules share. Each operator process watches only its test's namespace
-(but test_burst_under_chart_service_account, which runs the chart's own arguments) and resyncs every RESYNC seconds,
-so "within a resync period" is a few seconds. Every wait is bounded.
+The module runs its own control plane (`plane`, conftest.py): two tests restart its API server, which must never
+happen to the session cluster other modules share. Each operator process watches only its test's namespace (but
+test_burst_under_chart_service_account, which runs the chart's own arguments) and resyncs every RESYNC seconds, so
+"within a resync period" is a few seconds. Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -32,162 +28,30 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
-from disaggspec.api import parse_service
-from disaggspec.render import fingerprint
-from e2e.cluster.controlplane import LocalCluster
-from e2e.support.fixtures import Cluster, fresh_namespace, private_cluster
-from e2e.support.kube import CommandFailed
-from e2e.support.operator_install import WEBHOOK_KINDS, installed_operator, wait_webhook_registered
+from e2e.support.fixtures import Cluster, fresh_namespace
+from e2e.support.operator_install import installed_operator
 from e2e.support.operator_process import WEBHOOK_CONFIGURATION, OperatorProcess
-from e2e.support.workloads import (
-    child_names,
-    children,
-    condition,
-    deployment,
-    example,
-    expected_children,
-    get,
-    load,
-    wait_ready,
+from e2e.support.workloads import children, condition, deployment, get, wait_ready
+from tests.integration.faults.support import (
+    LEASE_SECONDS,
+    RESYNC,
+    STOP_GRACE,
+    Plane,
+    apply,
+    assert_status_truthful,
+    election_flags,
+    is_ready,
+    maybe_json,
+    operator,
+    ready_condition,
+    service,
+    status_truthful,
+    wait,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_only]
 
-RESYNC = 5
-"""DISAGGSPEC_RESYNC_SECONDS of every operator this module starts (but the chart's, in the burst test)."""
-TEMPLATE = load(example("llama"))
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-STOP_GRACE = 5
-"""Seconds the API server gets to stop before SIGKILL: with a SIGSTOPped client it can hang on that client's
-connection for the full default 15 s; past 5 s the stop is a crash, which is just as good a fault."""
-# 50 services at once need 100 GPUs: 16 nodes of 8.
-NODES = 16
-
-
-@dataclass(frozen=True)
-class Plane:
-    """The module's private control plane: `local` to stop and start its components, `cluster` for kubectl/helm."""
-
-    local: LocalCluster
-    cluster: Cluster
-
-
-@pytest.fixture(scope="module")
-def plane() -> Iterator[Plane]:
-    if os.environ.get("DISAGGSPEC_TEST_KUBECONFIG"):
-        pytest.skip("restarts API server components: needs the local control plane")
-    with private_cluster("faults", nodes=NODES) as (local, cluster):
-        yield Plane(local, cluster)
-
-
-@pytest.fixture(scope="module")
-def logs() -> Path:
-    """Operator logs of this module, outside pytest's rotated temporary directories (other runs prune those)."""
-    return Path(tempfile.mkdtemp(prefix="disaggspec-faults-"))
-
-
-@pytest.fixture
-def log(logs: Path, request: pytest.FixtureRequest) -> Path:
-    """This test's directory for operator logs."""
-    directory = logs / str(request.node.name)
-    directory.mkdir()
-    return directory
-
-
-@pytest.fixture
-def ns(plane: Plane, request: pytest.FixtureRequest) -> Iterator[str]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:30].strip("-")
-    with fresh_namespace(plane.cluster, slug) as name:
-        yield name
-    # A stopped operator leaves its webhook registration behind: calls to it would only add latency to later tests.
-    for kind in WEBHOOK_KINDS:
-        plane.cluster.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found", check=False)
-
-
-@contextmanager
-def operator(
-    plane: Plane,
-    namespace: str,
-    log: Path,
-    webhook: bool = False,
-    args: list[str] | None = None,
-    env: dict[str, str] | None = None,
-) -> Iterator[OperatorProcess]:
-    """The operator watching `namespace` only, resyncing every RESYNC seconds; its log tail printed afterwards."""
-    process = OperatorProcess(
-        plane.cluster.kubeconfig,
-        log,
-        webhook=webhook,
-        # Runtime health off: its first verdicts would add status writes to the counts these tests compare.
-        extra_env={"DISAGGSPEC_RESYNC_SECONDS": str(RESYNC), "DISAGGSPEC_HEALTH_SOURCE": "off", **(env or {})},
-        extra_args=["--namespace", namespace, *(args or [])],
-    ).start()
-    try:
-        if webhook:
-            wait_webhook_registered(plane.cluster, process)
-        yield process
-    finally:
-        process.stop()
-        print(f"operator log {log}:\n{process.log_tail(40)}")
-
-
-def service(name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = json.loads(json.dumps(TEMPLATE))
-    obj["metadata"] = {"name": name}
-    return obj
-
-
-PER_OBJECT_SECONDS = 6
-"""kubectl applies one object after the other and each create may wait out the webhook's 5 s timeout (a loaded 2-core
-CI machine took over 3 s per admission for a 50-service burst): the apply's bound grows with the objects."""
-
-
-def apply(cluster: Cluster, namespace: str, *objs: dict[str, Any]) -> None:
-    timeout = max(120, PER_OBJECT_SECONDS * len(objs))
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objs), timeout=timeout)
-
-
-def wait(description: str, predicate: Callable[[], object], timeout: float, process: OperatorProcess) -> float:
-    """Poll `predicate` (bounded); return the seconds it took, or fail with the operator's log tail."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}\n{process.log_tail(60)}")
-
-
-def maybe_json(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any] | None:
-    got = cluster.kubectl("get", *what, "-n", namespace, "-o", "json", check=False)
-    if got.returncode != 0:
-        return None
-    out: dict[str, Any] = json.loads(got.stdout)
-    return out
-
-
-def ready_condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    dss = maybe_json(cluster, namespace, "dss", name)
-    for cond in ((dss or {}).get("status") or {}).get("conditions") or []:
-        if cond["type"] == "Ready":
-            found: dict[str, Any] = cond
-            return found
-    return None
-
-
-def is_ready(cluster: Cluster, namespace: str, name: str) -> bool:
-    cond = ready_condition(cluster, namespace, name)
-    return cond is not None and cond["status"] == "True"
-
-
-def assert_status_truthful(cluster: Cluster, namespace: str, name: str) -> None:
-    """Every pool's status counts are the live Deployment's (its one revision's: no rollout runs here)."""
-    dss = get(cluster, namespace, "dss", name)
-    assert dss["status"]["observedGeneration"] == dss["metadata"]["generation"]
-    for role in ("prefill", "decode", "router"):
-        live = deployment(cluster, namespace, name, role)["status"]
-        reported = dss["status"][role]
-        assert reported.get("readyReplicas", 0) == live.get("readyReplicas", 0), (role, reported, live)
 
 
 @contextmanager
@@ -227,32 +91,12 @@ def test_child_deleted_while_cut_off_is_recreated_after_410(plane: Plane, ns: st
         wait(f"{name} Ready with the new pool", lambda: is_ready(cluster, ns, name), 60, process)
         wait(
             "the status to match the live Deployments",
-            lambda: _truthful(cluster, ns, name),
+            lambda: status_truthful(cluster, ns, name),
             30,
             process,
         )
         assert_status_truthful(cluster, ns, name)
         assert process.alive()
-
-
-def _pools_available(cluster: Cluster, namespace: str, name: str) -> bool:
-    for role in ("prefill", "decode", "router"):
-        try:
-            live = deployment(cluster, namespace, name, role)
-        except (CommandFailed, LookupError):  # the API server does not answer, or not exactly one Deployment
-            return False
-        status, want = live.get("status", {}), live["spec"].get("replicas", 1)
-        if status.get("availableReplicas", 0) < want or status.get("readyReplicas", 0) < want:
-            return False
-    return True
-
-
-def _truthful(cluster: Cluster, namespace: str, name: str) -> bool:
-    try:
-        assert_status_truthful(cluster, namespace, name)
-    except (AssertionError, LookupError):  # LookupError: a KeyError, or not exactly one Deployment of a role
-        return False
-    return True
 
 
 # ---- b. a service deleted during a cut-off: no ghost ------------------------------------------------------------
@@ -403,8 +247,6 @@ def test_hung_webhook_times_out_and_admits(plane: Plane, ns: str, log: Path) -> 
 
 # ---- f. two replicas with leader election -----------------------------------------------------------------------
 
-LEASE_SECONDS = 6
-
 
 def _webhook_answers(cluster: Cluster, namespace: str) -> bool:
     """A spec only the webhook's Python rules refuse (the CRD alone admits it) is refused: the webhook answered."""
@@ -474,26 +316,9 @@ def assert_one_writer_at_a_time(replicas: tuple[OperatorProcess, ...]) -> int:
     return len(terms)
 
 
-def _election(namespace: str, lease: str) -> list[str]:
-    """Leader-election flags with short timings (lease LEASE_SECONDS, renew deadline 4 s, retry 1 s)."""
-    return [
-        "--leader-elect",
-        "--leader-election-namespace",
-        namespace,
-        "--leader-election-id",
-        lease,
-        "--lease-duration-seconds",
-        str(LEASE_SECONDS),
-        "--renew-deadline-seconds",
-        "4",
-        "--retry-period-seconds",
-        "1",
-    ]
-
-
 def test_leader_election_one_writer_and_failover(plane: Plane, ns: str, log: Path) -> None:
     cluster = plane.cluster
-    election = _election(ns, "faults-leader")
+    election = election_flags(ns, "faults-leader")
     with (
         operator(plane, ns, log / "a.log", webhook=True, args=election) as first,
         operator(plane, ns, log / "b.log", webhook=True, args=election) as second,
@@ -621,8 +446,10 @@ def test_burst_under_chart_service_account_never_degrades(plane: Plane, ns: str,
 
 
 NAMESPACE_GONE_SECONDS = 180
-"""How long the burst's namespace (50 services, 600 children, their pods) may take to be collected: the next fault
-test stops the API server, and a collection still running then slowed its recovery past its bound in CI."""
+"""How long the burst's namespace (50 services, 600 children, their pods) may take to be collected before the next
+test on this plane: a collection still running loads its API server and controller-manager (in CI it slowed the
+recovery of the 25 s outage test, which followed the burst on one plane before test_outages was a module apart, past
+its bound)."""
 
 
 def _await_namespace_gone(cluster: Cluster, namespace: str, timeout: float) -> None:
@@ -634,146 +461,6 @@ def _await_namespace_gone(cluster: Cluster, namespace: str, timeout: float) -> N
             return
         time.sleep(2)
     print(f"namespace {namespace} still terminating {timeout:.0f}s after the burst")
-
-
-# ---- h. a 25 s API server outage --------------------------------------------------------------------------------
-
-OUTAGE_SECONDS = 25
-HEALTH_GRACE = 5
-
-
-def test_recovery_after_apiserver_outage(plane: Plane, ns: str, log: Path) -> None:
-    cluster = plane.cluster
-    before = ["outage-0", "outage-1"]
-    args = ["--health-grace-seconds", str(HEALTH_GRACE)]
-    with operator(plane, ns, log / "operator.log", args=args) as process:
-        apply(cluster, ns, *(service(n) for n in before))
-        for n in before:
-            wait_ready(cluster, ns, n)
-        assert process.probe("/healthz") == 200
-        codes: list[tuple[float, int]] = []
-        plane.local.stop_component("apiserver", grace=STOP_GRACE)
-        stopped = time.monotonic()
-        try:
-            while (elapsed := time.monotonic() - stopped) < OUTAGE_SECONDS:
-                codes.append((elapsed, process.probe("/healthz")))
-                time.sleep(0.5)
-        finally:
-            plane.local.start_component("apiserver")
-        back = time.monotonic()
-        # A service created once the API server is back proves reconcile resumed, not just that old status stayed.
-        apply(cluster, ns, service("outage-after"))
-        after_children = expected_children("outage-after", fingerprint(parse_service(service("outage-after"))))
-        everything = [*before, "outage-after"]
-        state: dict[str, object] = {}
-
-        def recovered() -> bool:
-            state.update(
-                healthz=process.probe("/healthz"),
-                new_service_children=child_names(cluster, ns, "outage-after"),
-                truthful={n: _truthful(cluster, ns, n) for n in everything},
-            )
-            truthful = state["truthful"]
-            assert isinstance(truthful, dict)
-            every_child = state["new_service_children"] == after_children
-            return state["healthz"] == 200 and every_child and all(truthful.values())
-
-        def diagnose(error: AssertionError) -> AssertionError:
-            conditions = {n: ready_condition(cluster, ns, n) for n in everything}
-            pools = cluster.kubectl("get", "deployments,pods", "-n", ns, "-o", "wide").stdout
-            nodes = cluster.kubectl("get", "nodes", "--no-headers").stdout
-            return AssertionError(
-                f"last seen: {state}\nReady conditions: {conditions}\npools:\n{pools}\nnodes:\n{nodes}\n{error}"
-            )
-
-        # The operator's recovery: healthy again, reconciling (the new service has its children) and every status
-        # agrees with the live Deployments.
-        try:
-            wait("/healthz 200, the new service reconciled, every status truthful", recovered, 60, process)
-        except AssertionError as error:
-            raise diagnose(error) from None
-        recovery = time.monotonic() - back
-        print(f"operator recovery after a {OUTAGE_SECONDS}s API server outage: {recovery:.1f}s")
-        # Every service Ready again also waits for the control plane's own recovery (kube-controller-manager
-        # re-lists and updates Deployment status, kwok re-marks pods). A service whose Deployments are all
-        # available yet is not Ready (after a resync to catch up) is the operator's fault; Deployments that stay
-        # unavailable are not, and are reported instead.
-        try:
-            wait("every service Ready", lambda: all(is_ready(cluster, ns, n) for n in everything), 90, process)
-            print(
-                f"recovery after a {OUTAGE_SECONDS}s API server outage: {time.monotonic() - back:.1f}s until every "
-                "service Ready"
-            )
-        except AssertionError as error:
-            time.sleep(RESYNC + 2)
-            lagging = [n for n in everything if not is_ready(cluster, ns, n) and _pools_available(cluster, ns, n)]
-            if lagging:
-                raise diagnose(AssertionError(f"Deployments available but not Ready: {lagging}\n{error}")) from None
-            print(
-                f"not every service Ready 90s after the outage: their Deployments are unavailable ({diagnose(error)})"
-            )
-        assert process.alive(), "the operator exited during the outage"
-        unhealthy = [t for t, code in codes if code == 500]
-        assert unhealthy, f"/healthz never failed during a {OUTAGE_SECONDS}s outage: {codes[-5:]}"
-        print(f"/healthz first 500 at {unhealthy[0]:.1f}s into the outage (grace {HEALTH_GRACE}s)")
-        assert unhealthy[0] >= HEALTH_GRACE - 1, f"/healthz failed before the grace period: {codes[:12]}"
-        assert unhealthy[0] <= HEALTH_GRACE + 15, f"/healthz failed late: first 500 at {unhealthy[0]:.1f}s"
-        assert codes[-1][1] == 500, f"/healthz recovered while the API server was still down: {codes[-5:]}"
-
-
-LONG_OUTAGE_SECONDS = 80
-"""Longer than the renew deadline (the leader loses its Lease), the informers' backoff cap and kopf's old watch
-backoff (1+1+2+3+5+8+13+21+34 s): what left a new service waiting 21 s, or the pod in CrashLoopBackOff, before."""
-PROMPT_SECONDS = 15
-"""A service created once the API server answers again has its children within this (measured: a few seconds)."""
-
-
-def test_repeated_long_outages_keep_the_process_leading_and_reconcile_new_services_promptly(
-    plane: Plane, ns: str, log: Path
-) -> None:
-    cluster = plane.cluster
-    election = [*_election(ns, "outage-leader"), "--health-grace-seconds", str(HEALTH_GRACE)]
-    with operator(plane, ns, log / "operator.log", args=election) as process:
-        pid = process.pid
-        wait("the lease", process.is_leader, 30, process)
-        apply(cluster, ns, service("long-0"))
-        wait_ready(cluster, ns, "long-0")
-        for round_ in (1, 2):
-            plane.local.stop_component("apiserver", grace=STOP_GRACE)
-            stopped = time.monotonic()
-            codes: list[int] = []
-            try:
-                while time.monotonic() - stopped < LONG_OUTAGE_SECONDS:
-                    codes.append(process.probe("/healthz"))
-                    time.sleep(1)
-            finally:
-                plane.local.start_component("apiserver")
-            assert 500 in codes, f"/healthz never failed during a {LONG_OUTAGE_SECONDS}s outage"
-            name = f"long-after-{round_}"
-            wait(
-                "the API server to answer",
-                lambda: cluster.kubectl("get", "ns", ns, check=False).returncode == 0,
-                60,
-                process,
-            )
-            back = time.monotonic()
-            apply(cluster, ns, service(name))
-            expected = expected_children(name, fingerprint(parse_service(service(name))))
-            took = wait(
-                f"{name} reconciled",
-                lambda n=name, e=expected: child_names(cluster, ns, n) == e,
-                PROMPT_SECONDS,
-                process,
-            )
-            healthy = wait("/healthz 200", lambda: process.probe("/healthz") == 200, PROMPT_SECONDS, process)
-            print(
-                f"outage {round_} ({LONG_OUTAGE_SECONDS}s): a new service had its children {took:.1f}s after it was "
-                f"applied ({time.monotonic() - back:.1f}s after the API server answered), /healthz 200 after "
-                f"{healthy:.1f}s more; leader again: {process.is_leader()}"
-            )
-            assert process.alive() and process.pid == pid, "the operator exited (a restart would mean backoff)"
-            assert process.is_leader()
-        assert process.metric("disaggspec_leader_losses_total") >= 2, "the outages never cost the lease"
 
 
 # ---- i. a denied namespace --------------------------------------------------------------------------------------
