@@ -460,6 +460,10 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
     assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
     assert surge.prefill.desired > minute.prefill.desired
+    # A step is not a trend: however far ahead the lead looks, the forecast adds at most half the demand now.
+    ahead, _ = decide(settings(lead_seconds=600.0), LEARNED, window, now)
+    demand = ahead.prefill.inputs
+    assert demand["forecast_prompt_tokens_per_second"] == pytest.approx(1.5 * demand["prompt_tokens_per_second"])
 
 
 def test_the_state_round_trips_through_its_wire_form() -> None:
