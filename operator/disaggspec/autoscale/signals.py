@@ -161,6 +161,13 @@ def slope(points: Sequence[Point]) -> float:
     return sum((t - mt) * (v - mv) for t, v in points) / var if var > 0 else 0.0
 
 
+FORECAST_GROWTH = 1.5
+"""The most a forecast adds to the demand now. A daily ramp grows a few percent per minute, so over a lead of a minute
+or two its trend adds far less; a load that grows by half within one lead is a burst, which a window's trend does not
+predict: extrapolating the steep slope of a step (measured on the capacity emulator, 2x allowed) asked for twice the
+servers the burst needed."""
+
+
 @dataclass(frozen=True)
 class Demand:
     """A demand now and where the window's trend puts it `lead` seconds ahead."""
@@ -175,8 +182,9 @@ def demand(
     points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
 ) -> Demand:
     """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and its
-    linear extrapolation to `now + lead_seconds`: never below the mean (scale-up looks ahead, it never scales for a
-    fall that has not happened) and at most twice it (a short window's trend is not extrapolated into a surge)."""
+    linear extrapolation to `now + lead_seconds` (at most as far ahead as the points span): never below the mean
+    (scale-up looks ahead, it never scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it
+    (a window's trend is not extrapolated into a surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
     latest = recent(points, points[-1][0], recent_seconds)
@@ -186,8 +194,11 @@ def demand(
     current = max(mean(latest), 0.0)
     trend = slope(points)
     centre = sum(t for t, _ in latest) / len(latest)
-    ahead = current + trend * (now + lead_seconds - centre)
-    return Demand(current, min(max(ahead, current), 2.0 * current), trend)
+    # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
+    # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
+    horizon = min(now + lead_seconds - centre, points[-1][0] - points[0][0])
+    ahead = current + trend * horizon
+    return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), trend)
 
 
 def persisted(points: Sequence[Point], threshold: float) -> float:

@@ -460,6 +460,31 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
     assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
     assert surge.prefill.desired > minute.prefill.desired
+    # A step is not a trend: however far ahead the lead looks, the forecast extrapolates no further than the window
+    # spans and adds at most half the demand now.
+    ahead, _ = decide(settings(lead_seconds=600.0), LEARNED, window, now)
+    further, _ = decide(settings(lead_seconds=6000.0), LEARNED, window, now)
+    demand = ahead.prefill.inputs
+    assert further.prefill.inputs["forecast_prompt_tokens_per_second"] == demand["forecast_prompt_tokens_per_second"]
+    assert demand["prompt_tokens_per_second"] < demand["forecast_prompt_tokens_per_second"]
+    assert demand["forecast_prompt_tokens_per_second"] <= 1.5 * demand["prompt_tokens_per_second"]
+
+
+def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() -> None:
+    # A rate rising 10 per second over 60 s (0 -> 600): now is the mean of the last 20 s (40..60 s: 500, centred 50 s).
+    rising = [(float(t), 10.0 * t) for t in range(0, 61, 5)]
+    near = signals.demand(rising, 60.0, 60.0, 10.0, surge_seconds=20.0)
+    assert near.now == pytest.approx(500.0)
+    assert near.forecast == pytest.approx(500.0 + 10.0 * (70.0 - 50.0))  # to now + lead from the points' centre
+    # A lead beyond the window: extrapolated over the window's span (60 s) only, then capped at 1.5 x now.
+    far = signals.demand(rising, 60.0, 60.0, 600.0, surge_seconds=20.0)
+    assert far.forecast == pytest.approx(signals.FORECAST_GROWTH * 500.0)
+    assert signals.FORECAST_GROWTH * 500.0 < 500.0 + 10.0 * 60.0 < 500.0 + 10.0 * (660.0 - 50.0)
+    # A slow rise (1 per second from 100): the span bound holds it below the cap.
+    slow = signals.demand([(t, 100.0 + t) for t, _ in rising], 60.0, 60.0, 600.0, surge_seconds=20.0)
+    assert slow.now == pytest.approx(150.0)
+    assert slow.forecast == pytest.approx(150.0 + 1.0 * 60.0)
+    assert slow.forecast < signals.FORECAST_GROWTH * 150.0
 
 
 def test_the_state_round_trips_through_its_wire_form() -> None:
