@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from disaggspec.servinghealth import samples
 from e2e.serving.traffic import Load, Report, send
 from e2e.support.fixtures import Cluster, fresh_namespace
 from e2e.support.planes import ServingPlane, serving_plane
@@ -277,15 +278,12 @@ def _condition(cluster: Cluster, namespace: str, name: str, type_: str) -> dict[
 
 
 def _failed_transfers(pod: dict[str, Any]) -> float:
-    """The decode's failed requests: bootstrap and transfer failures, tp_rank 0's series (each rank counts each)."""
+    """The decode's failed requests: bootstrap and transfer failures, read as the operator reads them (per DP group
+    the largest series, summed over the groups: `servinghealth.samples`). Each DP group counts its own requests'
+    failures and labels its series tp_rank = dp_rank x attention TP, so tp_rank 0's series alone saw only the failures
+    whose room fell in group 0 (this test failed whenever none did)."""
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:30000/metrics", timeout=5) as response:
-        text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        for name in ("sglang:num_bootstrap_failed_reqs_total", "sglang:num_transfer_failed_reqs_total"):
-            if line.startswith(name + "{") and 'tp_rank="0"' in line:
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+        return samples.parse(response.read().decode()).failures
 
 
 def _wait_prefill_replaced(cluster: Cluster, namespace: str, name: str, old: set[str], timeout: float = 60) -> None:
