@@ -99,6 +99,7 @@ def prefill(
     recent_growth = sig.mean(
         sig.recent([(t, g) for (t, _), g in zip(served, growth, strict=True)], end, settings.recent_seconds)
     )
+    served_requests = sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
     # The queue already waiting must be served on top of the arrivals: sizing for the arrivals alone leaves a backlog
     # that drains only at the margin the utilisation target leaves (measured on the capacity emulator: a 3x burst's
     # queue outlived the burst). It is planned to clear over the lead (the servers asked now are up by then), and
@@ -108,8 +109,7 @@ def prefill(
     inputs = {
         "prompt_tokens_per_second": demand.now,
         "forecast_prompt_tokens_per_second": demand.forecast,
-        "requests_per_second": sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
-        + recent_growth,
+        "requests_per_second": served_requests + recent_growth,
         "queued": queue[-1][1],
         "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
@@ -117,7 +117,8 @@ def prefill(
     if demand.forecast <= 0 and queue[-1][1] <= 0:
         return Proposal(0, "no prompt tokens in the window", inputs), state
     if rate is None:
-        return _unlearned_prefill(settings, pool, inputs, end, demand.now, max(recent_growth, 0.0) + backlog), state
+        growing = max(recent_growth, 0.0) + backlog
+        return _unlearned_prefill(settings, pool, inputs, served_requests, demand.now, growing), state
     utilisation = min(
         max(1.0 - mean_prompt / rate / settings.ttft_seconds, settings.utilisation_min), settings.utilisation_max
     )
@@ -138,11 +139,15 @@ def prefill(
 
 
 def _unlearned_prefill(
-    settings: PlannerSettings, pool: PoolWindow, inputs: dict[str, float], end: float, tokens_now: float, growth: float
+    settings: PlannerSettings,
+    pool: PoolWindow,
+    inputs: dict[str, float],
+    served_requests: float,
+    tokens_now: float,
+    growth: float,
 ) -> Proposal:
     """Before a prefill server's rate is learned: saturation only (a persisting queue adds servers), else hold."""
-    served_now = sig.mean(sig.recent(sig.rate_points(pool.series, "requests"), end, settings.recent_seconds))
-    saturated = _saturation(settings, pool, served_now, growth, "requests")
+    saturated = _saturation(settings, pool, served_requests, growth, "requests")
     if saturated is not None:
         return replace(saturated, inputs=inputs | saturated.inputs)
     text = f"{fmt(tokens_now)} prompt tokens/s; capacity not learned yet (no window with a persisting queue): holding"
