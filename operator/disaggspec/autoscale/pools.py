@@ -114,6 +114,9 @@ def prefill(
         "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
     }
+    if mean_prompt > 0:
+        # What this pool is about to pass to decode: its forecast arrivals and the queue it is planned to clear.
+        inputs["handover_requests_per_second"] = demand.forecast / mean_prompt + backlog
     if demand.forecast <= 0 and queue[-1][1] <= 0:
         return Proposal(0, "no prompt tokens in the window", inputs), state
     if rate is None:
@@ -154,9 +157,26 @@ def _unlearned_prefill(
     return Proposal(pool.replicas, text, inputs)
 
 
+def _handed_over(
+    settings: PlannerSettings, series: Series, points: list[sig.Point], end: float, handover: float | None
+) -> tuple[float, dict[str, float]]:
+    """The decode requests that prefill's `handover` (requests/s it is about to pass on) will keep on the servers,
+    by Little's law with the time a request stays on decode now: N = handover x W, W = N_recent / finished per
+    second. 0 when it is not a surge (`handover_gate`) or nothing finished yet. Sizing decode for its own requests
+    alone scales it one reaction late in a burst: while prefill is the bottleneck decode sees only what prefill
+    lets through (measured on the capacity emulator: decode asked for 10 servers 10 s after prefill did)."""
+    finished = sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
+    if handover is None or finished <= 0 or handover < settings.handover_gate * finished:
+        return 0.0, {}
+    stay = sig.mean(sig.recent(points, end, settings.recent_seconds)) / finished
+    inputs = {"handover_requests_per_second": handover, "finished_per_second": finished, "decode_seconds": stay}
+    return handover * stay, inputs
+
+
 def decode(
-    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float
+    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float, handover: float | None = None
 ) -> tuple[Proposal, PlannerState]:
+    """`handover`: the requests per second prefill is about to pass on (None: not known)."""
     series, bounds = pool.series, sig.span(pool.series)
     if pool.ready == 0 or bounds is None:
         return Proposal(pool.replicas, "no ready decode server scraped twice yet: holding"), state
@@ -175,11 +195,13 @@ def decode(
     length = accept or 1.0
     points = sig.gauge_points(series, sig.concurrency)
     demand = sig.demand(points, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
+    coming, coupling = _handed_over(settings, series, points, end, handover)
     inputs = {
         "requests": demand.now,
-        "forecast_requests": demand.forecast,
+        "forecast_requests": max(demand.forecast, coming),
         "accept_length": length,
         "ready": float(pool.ready),
+        **coupling,
     }
     if demand.forecast <= 0:
         return Proposal(0, "no request on the decode servers in the window", inputs), state
@@ -192,7 +214,7 @@ def decode(
             return replace(saturated, inputs=inputs | saturated.inputs), state
         return Proposal(pool.replicas, "capacity not learned yet (no decode step measured): holding", inputs), state
     per_server = min(holds)
-    need = ceil(demand.forecast / (per_server * settings.decode_headroom))
+    need = ceil(max(demand.forecast, coming) / (per_server * settings.decode_headroom))
     if fit is not None:
         inputs |= {"step_base_seconds": fit.base, "step_per_request_seconds": fit.per_request}
     inputs |= {"server_requests": per_server, **({"kv_requests": kv} if kv is not None else {})}
@@ -202,6 +224,11 @@ def decode(
         if demand.forecast > demand.now * 1.05
         else ""
     )
+    if coming > demand.forecast:
+        ahead = (
+            f" ({fmt(coming)} once prefill hands over {fmt(coupling['handover_requests_per_second'])}/s, "
+            f"{coupling['decode_seconds']:.2g} s each)"
+        )
     text = (
         f"{fmt(demand.now)} requests{ahead} over {pool.ready} servers at accept length {length:.2f}; one server "
         f"holds {per_server:.1f}{bound} at ITL {settings.itl_seconds * 1000:.0f} ms"

@@ -114,7 +114,10 @@ def prefill_pool(now: float, servers: int, tokens_per_server: Value, queued: Val
 
 
 def decode_pool(now: float, servers: int, running: Value, accept: Value = 2.0, **more: Value) -> PoolWindow:
-    return pool(servers, [pod(now, running=running, accept=accept, requests=1.0, **more)] * servers)  # type: ignore[arg-type]
+    """`requests`: requests each server finishes per second (0 unless given: then decode is never sized for what
+    prefill hands over, which the tests of that set on purpose)."""
+    more.setdefault("requests", 0.0)
+    return pool(servers, [pod(now, running=running, accept=accept, **more)] * servers)  # type: ignore[arg-type]
 
 
 LEARNED = PlannerState(
@@ -470,6 +473,37 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     assert demand["forecast_prompt_tokens_per_second"] <= 1.5 * demand["prompt_tokens_per_second"]
 
 
+def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
+    """A 3x step in prefill arrivals 20 s before now, while decode still runs what prefill let through before it: 100
+    requests per server, each server finishing 2.5 per second (40 s on decode each). Decode is asked for the
+    requests the step will keep on it (arrivals x 40 s) in the same decision as prefill, not a round
+    after decode's own load shows it; a steady load whose arrivals match what decode finishes changes nothing."""
+    now = 1000.0
+
+    def step(t: float) -> float:
+        return 2500.0 if t < now - 20 else 7500.0
+
+    coupled = ServiceWindow(prefill_pool(now, 2, step), decode_pool(now, 2, 100.0, requests=2.5), False)
+    surge, _ = decide(settings(), LEARNED, coupled, now)
+    alone, _ = decide(settings(handover_gate=math.inf), LEARNED, coupled, now)
+    assert alone.decode.desired == 2
+    inputs = surge.decode.inputs
+    assert inputs["decode_seconds"] == pytest.approx(40.0)
+    assert inputs["finished_per_second"] == pytest.approx(5.0)
+    assert inputs["handover_requests_per_second"] == pytest.approx(
+        surge.prefill.inputs["forecast_prompt_tokens_per_second"] / 1000
+    )
+    assert inputs["forecast_requests"] == pytest.approx(inputs["handover_requests_per_second"] * 40.0)
+    # The surge's last 20 s read 10,000 tokens/s (the 15 s scrapes straddle the step): about 10 requests/s x 40 s
+    # over 150 per server x 0.9, twice the servers decode's own 200 requests ask for.
+    assert surge.decode.desired == math.ceil(inputs["forecast_requests"] / 135 - 1e-9) == 4
+    assert "once prefill hands over" in surge.decode.reason
+    consistent = ServiceWindow(prefill_pool(now, 2, 2500.0), decode_pool(now, 2, 100.0, requests=2.5), False)
+    steady_decision, _ = decide(settings(), LEARNED, consistent, now)
+    assert steady_decision.decode.desired == 2
+    assert "handover_requests_per_second" not in steady_decision.decode.inputs
+
+
 def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() -> None:
     # A rate rising 10 per second over 60 s (0 -> 600): now is the mean of the last 20 s (40..60 s: 500, centred 50 s).
     rising = [(float(t), 10.0 * t) for t in range(0, 61, 5)]
@@ -553,6 +587,7 @@ def test_random_windows_keep_every_invariant() -> None:
                 rng.uniform(0, 300),
                 rng.uniform(1, 4),
                 usage=rng.choice([0.3, 0.95]),
+                requests=rng.choice([0.0, rng.uniform(0.1, 10)]),
                 restart_at=now - rng.uniform(0, 400),
             ),
             rolling_out=rng.random() < 0.3,
