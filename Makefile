@@ -64,7 +64,7 @@ test-unit: venv ## fast tests only: no cluster
 test: venv cluster-build lint verify ## everything: lint, unit, golden, integration (real local control plane), SGLang patch tests
 	@mkdir -p .state
 	bash images/sglang/tests/run.sh all > .state/test-sglang.log 2>&1 & sglang=$$!; \
-	rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 || rc=$$?; \
+	rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 || rc=$$?; \
 	if wait $$sglang; then tail -n 6 .state/test-sglang.log; \
 	else cat .state/test-sglang.log; echo "make test: the SGLang patch tests failed" >&2; rc=1; fi; \
 	exit $$rc

@@ -35,6 +35,7 @@ from e2e.support.kube import Cluster
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.local_only,
+    pytest.mark.wall_seconds(110),
     needs_built(build.ETCD, build.KUBERNETES, build.KWOK, build.HELM, build.LWS),
 ]
 

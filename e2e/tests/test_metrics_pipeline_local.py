@@ -48,6 +48,7 @@ from e2e.support.workloads import example, load
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.local_only,
+    pytest.mark.wall_seconds(90),
     needs_built(build.PROMETHEUS, build.PROMETHEUS_ADAPTER, reason="needs prometheus and prometheus-adapter"),
 ]
 

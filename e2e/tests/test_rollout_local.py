@@ -38,7 +38,7 @@ from e2e.support.rollout import (
 from e2e.support.serving import apply_service, served_model
 from e2e.support.workloads import example, get, load, wait_ready
 
-pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+pytestmark = [pytest.mark.integration, pytest.mark.local_only, pytest.mark.wall_seconds(480)]
 
 NODES = 10
 GROUPS = {"pairs": (0, 1, 2, 3), "one-slot": (4, 5, 6, 7), "no-slot": (8, 9)}

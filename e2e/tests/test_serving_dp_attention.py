@@ -29,7 +29,7 @@ from e2e.support.planes import ServingPlane, serving_plane
 from e2e.support.serving import apply_service, ready_pods, router_url, served_model
 from e2e.support.workloads import LWS_WORKER_INDEX, example, get, load, wait_ready
 
-pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+pytestmark = [pytest.mark.integration, pytest.mark.local_only, pytest.mark.wall_seconds(210)]
 
 H100_NODES = 4
 """The example's two tp16 groups take four whole H100 nodes (tainted: only the example tolerates them)."""

@@ -35,7 +35,7 @@ from e2e.support.serving import apply_service, deploy, ready_pods, router_url, s
 from e2e.support.spec_health import BROKEN, HEALTHY, MixedTraffic, seed_drop_service, set_accept_length
 from e2e.support.workloads import example, get, load, wait_ready
 
-pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+pytestmark = [pytest.mark.integration, pytest.mark.local_only, pytest.mark.wall_seconds(650)]
 
 NODES = 18
 """Every single-node example at once needs 42 GPUs, three whole 8-GPU nodes of them for DeepSeek's pods; the

@@ -49,7 +49,7 @@ from tests.integration.faults.support import (
     wait,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+pytestmark = [pytest.mark.integration, pytest.mark.local_only, pytest.mark.wall_seconds(160)]
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 

@@ -35,7 +35,7 @@ from tests.integration.faults.support import (
     wait,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.local_only]
+pytestmark = [pytest.mark.integration, pytest.mark.local_only, pytest.mark.wall_seconds(300)]
 
 
 def _pools_available(cluster: Cluster, namespace: str, name: str) -> bool:
