@@ -1,7 +1,8 @@
 """Autoscaling under a compressed day of load: static sizing against an HPA and the operator's planner; asserts nothing.
 
 Run: `.venv/bin/python -m e2e.perf.bench_autoscale --out /tmp/autoscale [--quick] [--accept-drop 0.55:1.2]
-[--write-docs]`.
+[--write-docs]`; `--render /tmp/autoscale/autoscale.json --out DIR [--write-docs]` prints the table and draws the plot
+of a saved run again, without running.
 
 The load: one day compressed into --day-seconds emulated seconds (`e2e.serving.load.arrivals.Daily`, a raised cosine
 from its trough at 02:00 to its peak at 14:00, trough = peak / --swing, 6 by default) with one sudden burst: for
@@ -48,9 +49,10 @@ time of the pool pods bound to a node and not yet gone, terminating ones include
 API server every wall second over the arrival window), good requests per GPU-hour, the replicas per pool and the P:D
 ratio over time (time-weighted mean and range), and the emulator's loop lag (the share of the time the servers'
 scheduler loops slept through steps that they woke late: a large share means the machine, not the model, set the
-figures; pick a larger S). It prints one table, writes autoscale.json and autoscale.png (per profile: the load curve,
-replicas per pool per arm, attainment per window per arm) under --out, and with --write-docs the table into
-docs/performance.md between `<!-- autoscale:begin -->` and `<!-- autoscale:end -->`.
+figures; pick a larger S), and how each arm came through the burst (`burst_recovery`: how long after its start the SLA
+was met again, and the attainment on the rest of the day). It prints the tables, writes autoscale.json and autoscale.png
+(per profile: the load curve, replicas per pool per arm, attainment per window per arm) under --out, and with
+--write-docs the table into docs/performance.md between `<!-- autoscale:begin -->` and `<!-- autoscale:end -->`.
 
 `--accept-drop AT:LENGTH`: at AT x the day the decode draft's mean accept length drops to LENGTH on every decode
 server of every arm (the emulator's run-time option, `POST /emulator/options {"accept-length": ...}`, which changes
@@ -291,6 +293,40 @@ def attainment_windows(results: Sequence[Result], sla: Sla, window: float, horiz
         }
         for i, chunk in enumerate(buckets)
     ]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How an arm came through the burst: `after_s`, the emulated seconds from the burst's start to the first of
+    `hold` consecutive windows that met the SLA for at least `threshold` of their requests (0: it never fell below;
+    None: it never recovered within the day); `outside`, the attainment of the requests outside [burst start,
+    recovery) (None when it never recovered)."""
+
+    after_s: float | None
+    outside: float | None
+
+
+def burst_recovery(
+    windows: Sequence[Mapping[str, Any]], burst: Sequence[float], threshold: float = 0.95, hold: int = 3
+) -> Recovery:
+    """`windows` as `attainment_windows` gives them (equal widths, oldest first); `burst` (start, end) in the same
+    time. A reactive autoscaler loses the first seconds of a sudden burst whatever it does (detection, model load);
+    this says how long the loss lasted and how the arm did on the rest of the day."""
+    if len(windows) < 2:
+        return Recovery(None, None)
+    width = windows[1]["start_s"] - windows[0]["start_s"]
+    first = next((i for i, w in enumerate(windows) if w["start_s"] + width > burst[0]), len(windows))
+
+    def met(window: Mapping[str, Any]) -> bool:
+        return window["attainment"] is None or window["attainment"] >= threshold
+
+    back = next((j for j in range(first, len(windows) - hold + 1) if all(met(w) for w in windows[j : j + hold])), None)
+    if back is None:
+        return Recovery(None, None)
+    kept = [w for i, w in enumerate(windows) if (i < first or i >= back) and w["requests"]]
+    total = sum(w["requests"] for w in kept)
+    outside = sum(w["requests"] * w["attainment"] for w in kept) / total if total else None
+    return Recovery(max(windows[back]["start_s"] - burst[0], 0.0), outside)
 
 
 # ---- the cluster side -----------------------------------------------------------------------------------------------
@@ -965,6 +1001,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {r['prefill_range'][0]}-{r['prefill_range'][1]} | {r['decode_range'][0]}-{r['decode_range'][1]} "
             f"| {r['pd_ratio_mean']} ({r['pd_ratio_range'][0]}-{r['pd_ratio_range'][1]}) | {share} |"
         )
+    lines += ["", *burst_table(rows)]
     ideal = {r["profile"]: r["ideal_share"] for r in rows if r.get("ideal_share") is not None}
     if ideal:
         lines.append("")
@@ -975,6 +1012,23 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             + " of static-peak's GPU-seconds: no autoscaler at that utilization can use less."
         )
     return "\n".join(lines)
+
+
+def burst_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per arm: how long after the burst's start its attainment came back (`burst_recovery`), and its attainment on
+    the rest of the day."""
+    lines = [
+        "| profile | arm | burst: SLA met again after (emulated s) | attainment on the rest of the day |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        if r.get("skipped") or not r.get("windows"):
+            continue
+        found = burst_recovery(r["windows"], r["burst_emulated_s"])
+        after = "never (within the day)" if found.after_s is None else f"{found.after_s:.0f}"
+        outside = "-" if found.outside is None else f"{found.outside:.1%}"
+        lines.append(f"| {r['profile']} | {r['arm']} | {after} | {outside} |")
+    return lines
 
 
 def header(s: Settings, schedule: str, profiles: Sequence[Profile]) -> str:
@@ -1082,6 +1136,25 @@ def publish(rows: list[dict[str, Any]], text_head: str, out: Path, docs: bool, e
         print(f"wrote the table into {DOCS}", flush=True)
 
 
+def render(saved: Path, out: Path, docs: bool) -> None:
+    """The table and the plot of a saved autoscale.json again (no run): after a change to the figures or the
+    plot, or to write a run into the docs."""
+    data = json.loads(saved.read_text())
+    rows = data.pop("rows")
+    out.mkdir(parents=True, exist_ok=True)
+    publish(rows, saved_header(data), out, docs, data)
+
+
+def saved_header(data: Mapping[str, Any]) -> str:
+    """The header of a saved run: as saved, or (a run saved before the header was) made again from its settings."""
+    if data.get("head"):
+        return str(data["head"])
+    kept = dict(data["settings"])
+    kept["accept_drop"] = tuple(kept["accept_drop"]) if kept.get("accept_drop") else None
+    profiles = [dataclasses.replace(PROFILES_BY_NAME[p["name"]], peak_rps=p["peak_rps"]) for p in data["profiles"]]
+    return header(Settings(**kept), data["schedule"], profiles)
+
+
 # ---- the command ----------------------------------------------------------------------------------------------------
 
 
@@ -1158,7 +1231,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--health-interval", type=float, default=5.0, help="operator's measuring interval, wall s")
     parser.add_argument("--health-window", type=float, default=60.0, help="operator's measuring window, wall s")
     parser.add_argument("--write-docs", action="store_true", help=f"write the table into {DOCS.relative_to(REPO)}")
+    parser.add_argument("--render", type=Path, metavar="JSON", help="no run: the table and plot of a saved JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render(args.render, args.out, args.write_docs)
+        return
     quick = args.quick
     chosen = args.profiles or (["llama-eagle3"] if quick else names)
     peaks = {k: float(v) for k, _, v in (item.partition("=") for item in args.peak)}
@@ -1238,7 +1315,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows: list[dict[str, Any]] = [_skipped_row(a) for a in arms if a.skipped]
     operator: OperatorProcess | None = None
     head = header(settings, args.schedule, profiles)
-    extra = {"settings": dataclasses.asdict(settings), "schedule": args.schedule, "profiles": [
+    extra = {"settings": dataclasses.asdict(settings), "schedule": args.schedule, "head": head, "profiles": [
         {"name": p.bench.name, "peak_rps": p.peak_rps} for p in profiles]}  # fmt: skip
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))

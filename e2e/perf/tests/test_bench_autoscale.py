@@ -3,19 +3,27 @@ integration, SLA attainment and its windows, the sampler's tally; no cluster."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from typing import Any
 
 import pytest
 
 from e2e.perf.bench_autoscale import (
+    PROFILES_BY_NAME,
     ClusterSampler,
+    Settings,
     attainment,
     attainment_windows,
+    burst_recovery,
+    burst_table,
     day_curve,
     gpu_seconds,
+    header,
     highest_rate,
     ideal_share,
+    saved_header,
     servers_for,
     sizes,
     step_integral,
@@ -158,3 +166,49 @@ def test_the_sampler_counts_gpus_held_and_ready_servers() -> None:
     assert sample.gpus == {"a": 16, "b": 1}
     assert sample.pods == {"a": {"prefill": 1, "decode": 1}, "b": {"prefill": 1}}
     assert sample.ready == {"a": {"prefill": 1}, "b": {"prefill": 1}}
+
+
+def _windows(attained: list[float | None], requests: int = 10) -> list[dict[str, Any]]:
+    return [
+        {"start_s": 5.0 * i, "requests": 0 if a is None else requests, "attainment": a} for i, a in enumerate(attained)
+    ]
+
+
+def test_burst_recovery_says_when_the_sla_was_met_again_and_how_the_rest_of_the_day_went() -> None:
+    # The burst starts at 12 s (inside the window at 10 s); windows of 5 s.
+    dipped = _windows([1.0, 0.9, 0.2, 0.0, 0.5, 0.96, 0.4, 1.0, 1.0, None, 1.0, 0.8])
+    found = burst_recovery(dipped, (12.0, 20.0))
+    # 25 s (0.96) is followed by a miss: three windows in a row meet the SLA from 35 s on (the empty one counts).
+    assert found.after_s == pytest.approx(35.0 - 12.0)
+    # Outside [10, 35): windows 0, 1 (before) and 7, 8, 10, 11 (after; 9 has no request).
+    assert found.outside == pytest.approx((1.0 + 0.9 + 1.0 + 1.0 + 1.0 + 0.8) / 6)
+    steady = burst_recovery(_windows([1.0, 1.0, 1.0, 1.0, 0.99]), (12.0, 20.0))
+    assert steady.after_s == 0.0 and steady.outside == pytest.approx(0.998)
+    never = burst_recovery(_windows([1.0, 1.0, 0.1, 0.1, 0.99, 0.1]), (12.0, 20.0))
+    assert never.after_s is None and never.outside is None
+    assert burst_recovery(_windows([1.0]), (0.0, 1.0)).after_s is None
+    rows: list[dict[str, Any]] = [
+        {"profile": "p", "arm": "planner", "windows": dipped, "burst_emulated_s": [12.0, 20.0]},
+        {"profile": "p", "arm": "hpa", "windows": _windows([1.0, 1.0, 0.1, 0.1]), "burst_emulated_s": [12.0, 20.0]},
+        {"profile": "p", "arm": "hpa", "skipped": "no metrics pipeline"},
+    ]
+    assert burst_table(rows)[2:] == ["| p | planner | 23 | 95.0% |", "| p | hpa | never (within the day) | - |"]
+
+
+def test_a_saved_run_s_header_is_made_again_from_its_settings() -> None:
+    settings = Settings(
+        day_seconds=240.0, swing=6.0, burst_factor=3.0, burst_hour=6.0, burst_seconds=24.0, prompt=8192, output=256,
+        time_scale=8.0, utilization=0.9, max_replicas=14, model_load=10.0, lead=15.0, stabilization=30.0,
+        accept_drop=(0.45, 1.2), hpa_prefill_metric="q", hpa_prefill_rate_metric="r", hpa_decode_metric="d",
+        hpa_prefill_queue=None, hpa_decode_running=None, timeout=120.0, seed=0, ready_timeout=600.0,
+        health_interval=5.0, health_window=60.0,
+    )  # fmt: skip
+    profile = dataclasses.replace(PROFILES_BY_NAME["llama-eagle3"], peak_rps=30.0)
+    expected = header(settings, "per-profile", [profile])
+    saved = json.loads(json.dumps({
+        "settings": dataclasses.asdict(settings), "schedule": "per-profile",
+        "profiles": [{"name": "llama-eagle3", "peak_rps": 30.0}],
+    }))  # fmt: skip
+    assert saved_header(saved) == expected
+    assert "drops to 1.2" in expected and "llama-eagle3 peak 30 req/s" in expected
+    assert saved_header({**saved, "head": "as saved"}) == "as saved"
