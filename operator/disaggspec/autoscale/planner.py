@@ -6,8 +6,9 @@ TTFT target T: each prefill server is its own queue (the router sends each reque
 time in system is S / (1 - rho) for a service time S (Kleinrock, Queueing Systems I, 3.2); with S = P / mu, TTFT <= T
 needs rho <= 1 - S / T. M/M/1 is the conservative choice: a deterministic prefill time (M/D/1) halves the wait, and
 the margin covers the KV transfer and the first decode step, which TTFT also holds. rho is clamped to
-[utilisation_min, utilisation_max]; prefill = ceil((D + Q x P / H) / (mu x rho)), where Q x P / H is the waiting
-queue's tokens to clear over H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running,
+[utilisation_min, utilisation_max]; prefill = ceil((D + (Q x P + B) / H) / (mu x rho)), where Q x P is the waiting
+queue's tokens and B = max(D - ready x mu, 0) x lead_seconds the tokens that queue before the servers asked now are
+up, both to clear over H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running,
 waiting, in the PD queues) over what one server holds at the ITL target and within its KV pool (`capacity`):
 decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over more requests per second than decode
 finishes (`handover_gate`), N is at least that rate x the time a request stays on decode (Little's law), so decode

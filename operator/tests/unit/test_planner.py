@@ -278,6 +278,27 @@ def test_a_persisting_prefill_queue_scales_up_and_teaches_the_server_rate() -> N
     assert decision.message.startswith("prefill 2 -> 11: 12,000 prompt tokens/s + a queue of 606 to clear in 30 s")
 
 
+def test_the_queue_that_builds_before_new_servers_are_up_is_planned_for() -> None:
+    """The same saturated pool with a 60 s lead: the 2,000 tokens/s the 2 ready servers cannot take queue for 60 s
+    more before the servers asked now are up, and those servers must clear that too."""
+    now = 1000.0
+
+    def growing(t: float) -> float:
+        return 3.0 + (t - (now - WINDOW))
+
+    window = ServiceWindow(prefill_pool(now, 2, 5000.0, queued=growing), decode_pool(now, 2, 100.0), False)
+    plan = settings(prefill=PoolLimits(1, 20), lead_seconds=60.0)
+    decision, _ = decide(plan, replace(LEARNED, mean_prompt=None), window, now)
+    inputs = decision.prefill.inputs
+    assert inputs["building_prompt_tokens"] == pytest.approx((12000 - 2 * 5000) * 60)
+    # Cleared over the lead (60 s): the queue's 606 requests (10,100 tokens/s) and the 120,000 tokens (2,000/s).
+    assert decision.prefill.desired == 9 == math.ceil((12000 + 606 * 1000 / 60 + 120000 / 60) / (5000 * 0.6))
+    assert "+ 120,000 prompt tokens queueing before new servers are up, to clear in 60 s" in decision.message
+    # With every server it asks for ready, nothing more builds.
+    served, _ = decide(plan, LEARNED, replace(window, prefill=replace(window.prefill, replicas=3, ready=3)), now)
+    assert served.prefill.inputs["building_prompt_tokens"] == 0.0
+
+
 def test_before_a_capacity_is_learned_only_a_persisting_queue_moves_a_pool() -> None:
     """Decode servers that export no gen_throughput teach no step time: their persisting queue adds servers in
     proportion to its growth over the served requests; without a queue the pool holds, and it never shrinks."""
