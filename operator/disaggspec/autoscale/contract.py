@@ -57,8 +57,7 @@ class PlannerSettings:
     decode_headroom: float = 0.9
     handover_gate: float = 1.15
     """Decode is sized for what prefill is about to hand over once that is this many times the requests decode
-    finishes per second (below it, arrivals and completions differ by noise, and decode's own load is the better
-    reading)."""
+    receives per second (below it the two differ by noise, and decode's own load is the better reading)."""
     """Share of one decode server's ITL/KV capacity planned for (routing is never perfectly even)."""
     learn_weight: float = 0.3
     """EWMA weight of one window's observation."""

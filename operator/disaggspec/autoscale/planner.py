@@ -11,7 +11,7 @@ queue's tokens and B = max(D - ready x mu, 0) x lead_seconds the tokens that que
 up, both to clear over H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running,
 waiting, in the PD queues) over what one server holds at the ITL target and within its KV pool (`capacity`):
 decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over more requests per second than decode
-finishes (`handover_gate`), N is at least that rate x the time a request stays on decode (Little's law), so decode
+receives (`handover_gate`), N is at least that rate x the time a request runs on decode (Little's law), so decode
 grows with a burst in the same decision as prefill instead of once prefill lets the burst through. Scale-up uses
 the demand `lead_seconds` ahead on the window's trend (never below now, `signals.demand`), now being the mean of the
 last `recent_seconds` or of the last `surge_seconds`, whichever is higher; scale-down takes the highest

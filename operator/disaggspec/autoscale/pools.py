@@ -175,16 +175,28 @@ def _unlearned_prefill(
 def _handed_over(
     settings: PlannerSettings, series: Series, points: list[sig.Point], end: float, handover: float | None
 ) -> tuple[float, dict[str, float]]:
-    """The decode requests that prefill's `handover` (requests/s it is about to pass on) will keep on the servers,
-    by Little's law with the time a request stays on decode now: N = handover x W, W = N_recent / finished per
-    second. 0 when it is not a surge (`handover_gate`) or nothing finished yet. Sizing decode for its own requests
-    alone scales it one reaction late in a burst: while prefill is the bottleneck decode sees only what prefill
-    lets through (measured on the capacity emulator: decode asked for 10 servers 10 s after prefill did)."""
+    """The running requests that prefill's `handover` (requests/s it is about to pass on) will keep on decode, by
+    Little's law with the time a request runs on decode now: N = handover x W, W = running / finished per second
+    (the time in the batch: a queue on saturated decode servers is not part of it once there are enough). 0 when
+    nothing finished yet, or when it is not a surge: `handover` below `handover_gate` x what decode receives now
+    (finished plus the growth of its requests; not finished alone, which trails arrivals by W whenever decode fills
+    up: measured on the capacity emulator, decode 1 -> 4 in the first minute of traffic). Sizing decode for its own
+    requests alone scales it one reaction late in a burst: while prefill is the bottleneck decode sees only what
+    prefill lets through (measured on the capacity emulator: decode asked for 10 servers 10 s after prefill did)."""
     finished = sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
-    if handover is None or finished <= 0 or handover < settings.handover_gate * finished:
+    held = sig.recent(points, end, settings.recent_seconds)
+    span = held[-1][0] - held[0][0]
+    receiving = finished + ((held[-1][1] - held[0][1]) / span if span > 0 else 0.0)
+    if handover is None or finished <= 0 or handover < settings.handover_gate * receiving:
         return 0.0, {}
-    stay = sig.mean(sig.recent(points, end, settings.recent_seconds)) / finished
-    inputs = {"handover_requests_per_second": handover, "finished_per_second": finished, "decode_seconds": stay}
+    running = sig.mean(sig.recent(sig.gauge_points(series, sig.running), end, settings.recent_seconds))
+    stay = running / finished
+    inputs = {
+        "handover_requests_per_second": handover,
+        "receiving_per_second": receiving,
+        "finished_per_second": finished,
+        "decode_seconds": stay,
+    }
     return handover * stay, inputs
 
 

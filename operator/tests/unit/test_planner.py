@@ -523,6 +523,16 @@ def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
     steady_decision, _ = decide(settings(), LEARNED, consistent, now)
     assert steady_decision.decode.desired == 2
     assert "handover_requests_per_second" not in steady_decision.decode.inputs
+    # Decode filling up over the last minute: 5 requests/s arrive, 3.3/s of them still accumulate (few finished yet).
+    # What decode receives matches what prefill hands over: no surge, however few finished.
+
+    def filling(t: float) -> float:
+        return 100.0 * min(max((t - (now - 60)) / 60, 0.0), 1.0)
+
+    warming = ServiceWindow(prefill_pool(now, 2, 2500.0), decode_pool(now, 2, filling, requests=5 / 6), False)
+    warm, _ = decide(settings(), LEARNED, warming, now)
+    assert "handover_requests_per_second" not in warm.decode.inputs
+    assert warm.decode.desired == 2
 
 
 def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() -> None:
