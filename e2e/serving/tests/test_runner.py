@@ -295,13 +295,13 @@ def test_process_ignoring_sigterm_is_killed_after_the_grace_period(env: Env, nam
     pid = recorded_pid(env, namespace, "stubborn")
     started = time.monotonic()
     env.kube.kubectl("delete", "pod", "stubborn", "-n", namespace, "--wait=false")
-    env.kube.wait_for("SIGTERM to arrive", lambda: f"sigterm-ignored {pid}" in env.marks("stubborn"), timeout=5)
+    env.kube.wait_for("SIGTERM to arrive", lambda: f"sigterm-ignored {pid}" in env.marks("stubborn"), timeout=15)
     terminating = env.pod(namespace, "stubborn")
     assert terminating is not None and terminating["metadata"].get("deletionTimestamp")
     assert condition(terminating, "Ready") == "False" and alive(pid)
     env.kube.wait_for("the pod to be gone", lambda: env.pod(namespace, "stubborn") is None, timeout=15)
     elapsed = time.monotonic() - started
-    assert 3 <= elapsed < 10, elapsed
+    assert 3 <= elapsed < 20, elapsed  # bounds a loaded 2-core machine (make test runs 3 planes)
     assert not alive(pid)
 
 
