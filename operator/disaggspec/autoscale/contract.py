@@ -55,10 +55,10 @@ class PlannerSettings:
     utilisation_min: float = 0.5
     utilisation_max: float = 0.9
     decode_headroom: float = 0.9
+    """Share of one decode server's ITL/KV capacity planned for (routing is never perfectly even)."""
     handover_gate: float = 1.15
     """Decode is sized for what prefill is about to hand over once that is this many times the requests decode
     receives per second (below it the two differ by noise, and decode's own load is the better reading)."""
-    """Share of one decode server's ITL/KV capacity planned for (routing is never perfectly even)."""
     learn_weight: float = 0.3
     """EWMA weight of one window's observation."""
     step_samples_per_bucket: int = 4
