@@ -71,6 +71,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
+import datetime
 import functools
 import inspect
 import json
@@ -278,7 +279,7 @@ def attainment(results: Sequence[Result], sla: Sla) -> float | None:
 
 def attainment_windows(results: Sequence[Result], sla: Sla, window: float, horizon: float) -> list[dict[str, Any]]:
     """Per `window` seconds of arrival time over [0, horizon): requests scheduled, their attainment (None when
-    none), and the offered rate."""
+    none), the offered rate and the failed requests."""
     count = max(1, math.ceil(horizon / window - 1e-9))
     buckets: list[list[Result]] = [[] for _ in range(count)]
     for r in results:
@@ -290,9 +291,21 @@ def attainment_windows(results: Sequence[Result], sla: Sla, window: float, horiz
             "requests": len(chunk),
             "offered_rps": round(len(chunk) / window, 3),
             "attainment": None if not chunk else round(sum(sla.met(r) for r in chunk) / len(chunk), 4),
+            "failed": sum(not r.ok for r in chunk),
         }
         for i, chunk in enumerate(buckets)
     ]
+
+
+def failure_reasons(results: Sequence[Result], limit: int = 5) -> dict[str, int]:
+    """The most common causes of the failed requests: an SGLang abort's text after its "with exception" (the cause,
+    without the request's ids), else the error's head."""
+    causes: Counter[str] = Counter()
+    for r in results:
+        if not r.ok:
+            cause = r.error.split(" with exception ", 1)[-1] if " with exception " in r.error else r.error
+            causes[f"{r.kind}: {cause[:160]}"] += 1
+    return dict(causes.most_common(limit))
 
 
 @dataclass(frozen=True)
@@ -859,12 +872,43 @@ def run_group(
         rows.append(
             figures(arm, reports[arm.label], sampler, start_wall, s, curves[name], predictions[name], drop_wall)
         )
+    for arm, row in zip(group.arms, rows, strict=True):
+        if not row.get("skipped"):
+            row["scalings"] = scaling_events(_events(cluster, arm.namespace), start_wall, scale)
     # everything the group created goes: the next group starts on an idle cluster
     for arm in group.arms:
         cluster.kubectl("delete", "namespace", arm.namespace, "--wait=false", check=False)
     for arm in group.arms:
         _wait_or_false(functools.partial(_namespace_empty, cluster, arm.namespace), 300)
     return rows
+
+
+SCALING_REASONS: Final = ("PoolScaled", "SuccessfulRescale")
+"""The planner's decisions (the operator's Event) and the HorizontalPodAutoscaler controller's rescales."""
+
+
+def _events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    got = cluster.kubectl("get", "events", "-n", namespace, "-o", "json", check=False)
+    try:
+        items: list[dict[str, Any]] = json.loads(got.stdout or "{}").get("items", [])
+    except ValueError:
+        return []
+    return items
+
+
+def scaling_events(events: Sequence[Mapping[str, Any]], start_wall: float, scale: float) -> list[list[Any]]:
+    """[emulated seconds, reason, message] of each scaling Event, oldest first (its latest occurrence; Kubernetes
+    stamps Events to the second, 1/scale emulated s)."""
+    found = []
+    for event in events:
+        if event.get("reason") not in SCALING_REASONS:
+            continue
+        stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+        if not isinstance(stamp, str):
+            continue
+        wall = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        found.append([round((wall - start_wall) / scale, 1), event["reason"], str(event.get("message", ""))])
+    return sorted(found, key=lambda row: row[0])
 
 
 def _all_pool_pods(cluster: Cluster) -> list[dict[str, Any]]:
@@ -928,6 +972,7 @@ def figures(
         "requests": whole["requests"],
         "failures": whole["failures"],
         "errors": whole["errors"],
+        "failure_reasons": failure_reasons(report.results),
         "attainment": whole["sla_attainment"],
         "goodput_rps": whole["goodput_rps"],
         "offered_rps": whole["offered_rps"],

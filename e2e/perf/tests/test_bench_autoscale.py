@@ -4,6 +4,7 @@ integration, SLA attainment and its windows, the sampler's tally; no cluster."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from typing import Any
@@ -19,11 +20,13 @@ from e2e.perf.bench_autoscale import (
     burst_recovery,
     burst_table,
     day_curve,
+    failure_reasons,
     gpu_seconds,
     header,
     highest_rate,
     ideal_share,
     saved_header,
+    scaling_events,
     servers_for,
     sizes,
     step_integral,
@@ -137,8 +140,43 @@ def test_attainment_counts_failures_and_both_targets() -> None:
     assert [w["requests"] for w in windows] == [2, 2, 1]
     assert [w["attainment"] for w in windows] == [0.5, 0.0, 1.0]
     assert [w["offered_rps"] for w in windows] == [1.0, 1.0, 0.5]
+    assert [w["failed"] for w in windows] == [0, 1, 0]
     empty = attainment_windows(results[:1], sla, window=2.0, horizon=6.0)
     assert empty[1]["attainment"] is None and math.isclose(empty[0]["attainment"], 1.0)
+
+
+def test_failure_reasons_group_aborts_by_cause_without_request_ids() -> None:
+    def aborted(index: int, rid: str, cause: str) -> Result:
+        error = f"500: Decode transfer failed for request rank=0 decode_req.req.rid='{rid}' with exception {cause}"
+        return dataclasses.replace(_result(index, 1.0, None, None, kind="aborted"), error=error)
+
+    results = [
+        aborted(0, "a1", "KVTransferError(bootstrap_room=1): Losing connection with prefill instance"),
+        aborted(1, "b2", "KVTransferError(bootstrap_room=1): Losing connection with prefill instance"),
+        aborted(2, "c3", "KVTransferError(bootstrap_room=2): Aborted by AbortReq."),
+        dataclasses.replace(_result(3, 1.0, None, None, kind="http"), error="502: Bad Gateway"),
+        _result(4, 1.0, 0.1, 0.05),
+    ]
+    reasons = failure_reasons(results)
+    assert reasons == {
+        "aborted: KVTransferError(bootstrap_room=1): Losing connection with prefill instance": 2,
+        "aborted: KVTransferError(bootstrap_room=2): Aborted by AbortReq.": 1,
+        "http: 502: Bad Gateway": 1,
+    }
+
+
+def test_scaling_events_in_emulated_seconds_oldest_first() -> None:
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp()
+    events = [
+        {"reason": "PoolScaled", "lastTimestamp": "2026-01-01T00:00:16Z", "message": "decode 1 -> 2"},
+        {"reason": "Scheduled", "lastTimestamp": "2026-01-01T00:00:01Z", "message": "not a scaling"},
+        {"reason": "SuccessfulRescale", "eventTime": "2026-01-01T00:00:08.000000Z", "message": "New size: 3"},
+        {"reason": "PoolScaled", "message": "no time: left out"},
+    ]
+    assert scaling_events(events, start, 8.0) == [
+        [1.0, "SuccessfulRescale", "New size: 3"],
+        [2.0, "PoolScaled", "decode 1 -> 2"],
+    ]
 
 
 def _pod(

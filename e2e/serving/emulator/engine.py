@@ -176,6 +176,8 @@ class Engine:
         self.kv_bytes_per_token = options.kv_bytes_per_token
         self.scheduler = self._capacity_scheduler()
         """The capacity model's scheduler (None: every request at its own pace, `--emulate capacity=off`)."""
+        if self.scheduler is not None:
+            self.timeouts = timeouts.scaled(options.time_scale)
 
     def _capacity_scheduler(self) -> batching.Scheduler | None:
         """A scheduler per DP rank sized like SGLang's (e2e.serving.emulator.sizing) when the capacity model is on

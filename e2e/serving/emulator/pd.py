@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
@@ -81,9 +81,9 @@ class Timeouts:
     """The PD timeouts, read from the environment like SGLang does (same names and defaults in both releases:
     0.5.2 mooncake/conn.py:236-268, 0.5.23 environ.py:759-763)."""
 
-    bootstrap: int
+    bootstrap: float
     """SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300): prefill waits this long for the decode's indices."""
-    waiting: int
+    waiting: float
     """SGLANG_DISAGGREGATION_WAITING_TIMEOUT (300): decode waits this long for the transfer after sending them."""
     heartbeat_interval: float
     """SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (5.0, at least 2.0)."""
@@ -98,6 +98,13 @@ class Timeouts:
             heartbeat_interval=max(env_float("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", 5.0), 2.0),
             heartbeat_max_failure=max(env_int("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2), 1),
         )
+
+    def scaled(self, time_scale: float) -> Timeouts:
+        """The timeouts in the capacity model's scaled time: the bootstrap and waiting timeouts bound how long a
+        request waits for GPU work (its peer's queue, prefill, the KV transfer), which runs `time_scale` times slower
+        here, so they stretch with it (unscaled, at time scale 8 a decode gave up on a transfer after 37.5 emulated s,
+        where SGLang waits 300 s). The heartbeat checks a connection, not GPU work: it stays wall-clock."""
+        return replace(self, bootstrap=self.bootstrap * time_scale, waiting=self.waiting * time_scale)
 
 
 @dataclass

@@ -57,8 +57,8 @@ class PlannerSettings:
     decode_headroom: float = 0.9
     """Share of one decode server's ITL/KV capacity planned for (routing is never perfectly even)."""
     handover_gate: float = 1.15
-    """Decode is sized for what prefill is about to hand over once that is this many times the requests decode
-    receives per second (below it the two differ by noise, and decode's own load is the better reading)."""
+    """Decode is sized for what prefill is about to hand over once that is this many times the requests prefill
+    passes on now (below it the two differ by noise, and decode's own load is the better reading)."""
     learn_weight: float = 0.3
     """EWMA weight of one window's observation."""
     step_samples_per_bucket: int = 4
@@ -98,6 +98,8 @@ class PlannerState:
     prefill_rate: float | None = None
     """Prompt tokens per second one prefill server sustains."""
     mean_prompt: float | None = None
+    mean_output: float | None = None
+    """Output tokens per request (decode), learned from the windows its load held steady."""
     step_samples: tuple[StepSample, ...] = ()
     kv_requests: float | None = None
     """Requests one decode server holds in KV."""
@@ -118,6 +120,7 @@ class PlannerState:
         scalars = {
             "prefillTokensPerSecond": self.prefill_rate,
             "meanPromptTokens": self.mean_prompt,
+            "meanOutputTokens": self.mean_output,
             "kvRequests": self.kv_requests,
             "acceptLength": self.accept_length,
             "clock": self.clock,
@@ -158,6 +161,7 @@ class PlannerState:
         return cls(
             prefill_rate=number("prefillTokensPerSecond"),
             mean_prompt=number("meanPromptTokens"),
+            mean_output=number("meanOutputTokens"),
             step_samples=tuple((float(n), float(t)) for n, t in rows("decodeSteps", 2) if n > 0 and t > 0),
             kv_requests=number("kvRequests"),
             accept_length=number("acceptLength"),

@@ -10,15 +10,18 @@ the margin covers the KV transfer and the first decode step, which TTFT also hol
 queue's tokens and B = max(D - ready x mu, 0) x lead_seconds the tokens that queue before the servers asked now are
 up, both to clear over H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running,
 waiting, in the PD queues) over what one server holds at the ITL target and within its KV pool (`capacity`):
-decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over more requests per second than decode
-receives (`handover_gate`), N is at least that rate x the time a request runs on decode (Little's law), so decode
-grows with a burst in the same decision as prefill instead of once prefill lets the burst through. Scale-up uses
-the demand `lead_seconds` ahead on the window's trend (never below now, `signals.demand`), now being the mean of the
-last `recent_seconds` or of the last `surge_seconds`, whichever is higher; scale-down takes the highest
+decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `handover_gate` x the requests per
+second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
+learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
+same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
+ahead on the window's trend line, its slope less one standard error (never below now, `signals.demand`), now being
+the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher; scale-down takes the highest
 recommendation of the last `stabilization_seconds`, only once the planner has watched that long, never during a
-rollout, and removes at most half a pool per decision. Before a capacity is learned only saturation moves a pool: a
-waiting queue that persisted adds servers (one, or in proportion to the queue's growth over the served rate), no
-traffic at all lets it fall to its minimum; otherwise it holds. Whatever the model says, a persisting queue never
+rollout, and removes at most half a pool per decision. Before a prefill rate is learned it is inferred from the
+queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`). Before a capacity
+is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers (one, or in
+proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum; otherwise it
+holds. Whatever the model says, a persisting queue never
 leaves a pool as it is once all its servers are up. Then [min, max] per pool, then the prefill/decode band, by
 raising the smaller pool within its max.
 """
@@ -123,7 +126,9 @@ def decide(
     """Both pools' replicas for this window, and the state to keep for the next one."""
     state = _continued(settings, state, window, now)
     prefill, state = pools.prefill(settings, state, window.prefill, now)
-    handover = prefill.inputs.get("handover_requests_per_second")
+    coming = prefill.inputs.get("handover_requests_per_second")
+    passing = prefill.inputs.get("served_requests_per_second", 0.0)
+    handover = None if coming is None else pools.Handover(coming, passing)
     decode, state = pools.decode(settings, state, window.decode, now, handover)
     prefill = pools.queue_guard(settings, window.prefill, prefill)
     decode = pools.queue_guard(settings, window.decode, decode)

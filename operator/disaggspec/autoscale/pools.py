@@ -110,6 +110,7 @@ def prefill(
         "prompt_tokens_per_second": demand.now,
         "forecast_prompt_tokens_per_second": demand.forecast,
         "requests_per_second": served_requests + recent_growth,
+        "served_requests_per_second": served_requests,
         "queued": queue[-1][1],
         "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
@@ -119,9 +120,33 @@ def prefill(
         inputs["handover_requests_per_second"] = demand.forecast / mean_prompt + backlog
     if demand.forecast <= 0 and queue[-1][1] <= 0:
         return Proposal(0, "no prompt tokens in the window", inputs), state
+    inferred = _inferred_rate(settings, series, served, end) if rate is None else None
+    if inferred is not None:
+        rate = inferred[0]
+        inputs["inferred_from_queue_per_server"] = inferred[1]
     if rate is None:
         growing = max(recent_growth, 0.0) + backlog
         return _unlearned_prefill(settings, pool, inputs, served_requests, demand.now, growing), state
+    proposal = _sized_prefill(settings, pool, demand, rate, mean_prompt, queue[-1][1], inputs)
+    if inferred is not None:
+        text = f"{proposal.reason}; one server's rate inferred from a queue of {inferred[1]:.2g} per server"
+        proposal = replace(proposal, reason=f"{text} (not learned yet)")
+    return proposal, state
+
+
+def _sized_prefill(
+    settings: PlannerSettings,
+    pool: PoolWindow,
+    demand: sig.Demand,
+    rate: float,
+    mean_prompt: float,
+    queued: float,
+    inputs: dict[str, float],
+) -> Proposal:
+    """The servers for the forecast arrivals and the queues to clear, at one server's `rate` and the utilisation
+    the TTFT target allows (see `planner`)."""
+    drain = max(settings.lead_seconds, settings.persist_seconds)
+    backlog = max(queued, 0.0) / drain
     utilisation = min(
         max(1.0 - mean_prompt / rate / settings.ttft_seconds, settings.utilisation_min), settings.utilisation_max
     )
@@ -145,7 +170,7 @@ def prefill(
         if demand.forecast > demand.now * 1.05
         else ""
     )
-    clear = f" + a queue of {fmt(queue[-1][1])} to clear in {drain:.0f} s" if backlog > 0 else ""
+    clear = f" + a queue of {fmt(queued)} to clear in {drain:.0f} s" if backlog > 0 else ""
     if building > 0:
         clear += f" + {fmt(building)} prompt tokens queueing before new servers are up, to clear in {drain:.0f} s"
     text = (
@@ -153,7 +178,36 @@ def prefill(
         f"utilisation {utilisation:.2f} (mean prompt {fmt(mean_prompt)} tokens, "
         f"TTFT {settings.ttft_seconds * 1000:.0f} ms)"
     )
-    return Proposal(need, text, inputs), state
+    return Proposal(need, text, inputs)
+
+
+MIN_INFERRING_QUEUE = 0.25
+"""Waiting requests per server below which a queue says too little of the servers' utilisation to infer a rate."""
+
+
+def _inferred_rate(
+    settings: PlannerSettings, series: Series, served: list[sig.Point], end: float
+) -> tuple[float, float] | None:
+    """(one prefill server's prompt tokens/s, the waiting requests per server it is read from) before a rate is
+    learned, from the queue the servers keep: an M/D/1 queue (Poisson arrivals, a fixed prefill time) waits
+    Lq = rho^2 / (2 (1 - rho)) requests on average (Pollaczek-Khinchine; Kleinrock, Queueing Systems I, 5.6), so
+    rho = sqrt(Lq^2 + 2 Lq) - Lq and a server's rate is what it serves / rho. The deterministic service is the
+    cautious reading: a variable prefill time keeps a longer queue at the same utilisation, which this reads as a
+    higher one (a lower rate, more servers). A saturated server's queue grows without bound and rho tends to 1: its
+    rate is what it serves. Without it the planner learned nothing until a queue had persisted through
+    `persist_seconds` (on the capacity emulator prefill held at 2 servers while SLA attainment fell to 70% over the
+    12 s before a burst). None with too short or too small a queue, or a KV pool nearly full
+    (its queue waits for memory, not compute)."""
+    queue = sig.recent(_queue_per_server(series), end, settings.recent_seconds)
+    waiting = sig.mean(queue)
+    if len(queue) < 3 or waiting < MIN_INFERRING_QUEUE:
+        return None
+    if any((scrapes[-1][1].token_usage or 0.0) >= cap.FULL_KV for scrapes in series.values() if scrapes):
+        return None
+    servers = sig.gauge_points(series, lambda _, __: 1.0)[-1][1]
+    per_server = sig.mean([p for p in served if p[0] >= queue[0][0]]) / max(servers, 1.0)
+    utilisation = math.sqrt(waiting * waiting + 2 * waiting) - waiting
+    return (per_server / utilisation, waiting) if per_server > 0 else None
 
 
 def _unlearned_prefill(
@@ -172,38 +226,68 @@ def _unlearned_prefill(
     return Proposal(pool.replicas, text, inputs)
 
 
+@dataclass(frozen=True)
+class Handover:
+    """Requests per second prefill is about to pass to decode (its forecast arrivals and the queue it plans to
+    clear) and passes now (what it finished over the recent window)."""
+
+    coming: float
+    passing: float
+
+
+def _mean_output(
+    settings: PlannerSettings, state: PlannerState, series: Series, points: list[sig.Point]
+) -> float | None:
+    """Output tokens per request, learned (EWMA) from the windows over which decode's requests held steady (their
+    count moved by at most a tenth): generated tokens over finished requests counts the tokens of requests that have
+    not finished yet too, which is the mean only when as many start as finish (over the first minute of traffic on
+    the capacity emulator it read twice the output length)."""
+    grown = sig.intervals(series)
+    tokens, finished = sum(i.grew("generation_tokens") for i in grown), sum(i.grew("requests") for i in grown)
+    held = [value for _, value in points]
+    steady = bool(held) and abs(held[-1] - held[0]) <= 0.1 * max(sig.mean(points), 1.0)
+    if not steady or finished <= 0 or tokens <= 0:
+        return state.mean_output
+    return cap.ewma(state.mean_output, tokens / finished, settings.learn_weight)
+
+
 def _handed_over(
-    settings: PlannerSettings, series: Series, points: list[sig.Point], end: float, handover: float | None
+    settings: PlannerSettings, handover: Handover | None, seconds: float | None
 ) -> tuple[float, dict[str, float]]:
-    """The running requests that prefill's `handover` (requests/s it is about to pass on) will keep on decode, by
-    Little's law with the time a request runs on decode now: N = handover x W, W = running / finished per second
-    (the time in the batch: a queue on saturated decode servers is not part of it once there are enough). 0 when
-    nothing finished yet, or when it is not a surge: `handover` below `handover_gate` x what decode receives now
-    (finished plus the growth of its requests; not finished alone, which trails arrivals by W whenever decode fills
-    up: measured on the capacity emulator, decode 1 -> 4 in the first minute of traffic). Sizing decode for its own
-    requests alone scales it one reaction late in a burst: while prefill is the bottleneck decode sees only what
+    """The requests that prefill's handover will keep on decode, by Little's law: N = handover x W, W the time a
+    request takes on a decode server at the batch the pool is sized for (`seconds`: its output tokens x the step
+    time there over the accept length; not what decode's requests take now, which is shorter on a pool below that
+    batch and longer on a saturated one). 0 unless it is a surge: prefill about to hand over `handover_gate` x what
+    it passes now (gated on prefill's side, where arrivals show first: decode's own completions trail its arrivals
+    whenever it fills up, which read as a surge at every warm-up on the capacity emulator). Sizing decode for its
+    own requests alone scales it one reaction late in a burst: while prefill is the bottleneck decode sees only what
     prefill lets through (measured on the capacity emulator: decode asked for 10 servers 10 s after prefill did)."""
-    finished = sig.mean(sig.recent(sig.rate_points(series, "requests"), end, settings.recent_seconds))
-    held = sig.recent(points, end, settings.recent_seconds)
-    span = held[-1][0] - held[0][0]
-    receiving = finished + ((held[-1][1] - held[0][1]) / span if span > 0 else 0.0)
-    if handover is None or finished <= 0 or handover < settings.handover_gate * receiving:
+    if handover is None or seconds is None or handover.coming < settings.handover_gate * handover.passing:
         return 0.0, {}
-    running = sig.mean(sig.recent(sig.gauge_points(series, sig.running), end, settings.recent_seconds))
-    stay = running / finished
     inputs = {
-        "handover_requests_per_second": handover,
-        "receiving_per_second": receiving,
-        "finished_per_second": finished,
-        "decode_seconds": stay,
+        "handover_requests_per_second": handover.coming,
+        "prefill_passing_per_second": handover.passing,
+        "decode_seconds": seconds,
     }
-    return handover * stay, inputs
+    return handover.coming * seconds, inputs
+
+
+def _request_seconds(
+    settings: PlannerSettings, fit: cap.StepFit | None, per_server: float, length: float, output: float | None
+) -> float | None:
+    """A request's time on decode at `per_server` x `decode_headroom` requests per server: its output tokens x the
+    step time there (the fit; the ITL target x the accept length without one) / the accept length."""
+    if output is None:
+        return None
+    batch = per_server * settings.decode_headroom
+    step = fit.base + fit.per_request * batch if fit is not None else settings.itl_seconds * length
+    return output * step / length
 
 
 def decode(
-    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float, handover: float | None = None
+    settings: PlannerSettings, state: PlannerState, pool: PoolWindow, now: float, handover: Handover | None = None
 ) -> tuple[Proposal, PlannerState]:
-    """`handover`: the requests per second prefill is about to pass on (None: not known)."""
+    """`handover`: what prefill is about to pass on and passes now (None: not known)."""
     series, bounds = pool.series, sig.span(pool.series)
     if pool.ready == 0 or bounds is None:
         return Proposal(pool.replicas, "no ready decode server scraped twice yet: holding"), state
@@ -218,18 +302,13 @@ def decode(
     held = cap.kv_samples(series, after)
     kv = cap.ewma(state.kv_requests, sum(held) / len(held), settings.learn_weight) if held else state.kv_requests
     accept = sig.accept_length(series, end - settings.recent_seconds) or state.accept_length
-    state = replace(state, step_samples=steps, kv_requests=kv, accept_length=accept)
-    length = accept or 1.0
     points = sig.gauge_points(series, sig.concurrency)
+    output = _mean_output(settings, state, series, points)
+    state = replace(state, step_samples=steps, kv_requests=kv, accept_length=accept, mean_output=output)
+    length = accept or 1.0
     demand = sig.demand(points, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
-    coming, coupling = _handed_over(settings, series, points, end, handover)
-    inputs = {
-        "requests": demand.now,
-        "forecast_requests": max(demand.forecast, coming),
-        "accept_length": length,
-        "ready": float(pool.ready),
-        **coupling,
-    }
+    inputs = {"requests": demand.now, "forecast_requests": demand.forecast, "accept_length": length}
+    inputs["ready"] = float(pool.ready)
     if demand.forecast <= 0:
         return Proposal(0, "no request on the decode servers in the window", inputs), state
     fit = cap.fit(steps)
@@ -241,10 +320,14 @@ def decode(
             return replace(saturated, inputs=inputs | saturated.inputs), state
         return Proposal(pool.replicas, "capacity not learned yet (no decode step measured): holding", inputs), state
     per_server = min(holds)
+    coming, coupling = _handed_over(settings, handover, _request_seconds(settings, fit, per_server, length, output))
     need = ceil(max(demand.forecast, coming) / (per_server * settings.decode_headroom))
+    inputs |= {"forecast_requests": max(demand.forecast, coming), **coupling}
     if fit is not None:
         inputs |= {"step_base_seconds": fit.base, "step_per_request_seconds": fit.per_request}
     inputs |= {"server_requests": per_server, **({"kv_requests": kv} if kv is not None else {})}
+    if output is not None:
+        inputs["mean_output_tokens"] = output
     bound = " (its KV pool)" if kv is not None and kv == per_server else ""
     ahead = (
         f" (forecast {fmt(demand.forecast)} in {settings.lead_seconds:.0f} s)"

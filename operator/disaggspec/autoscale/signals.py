@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -153,12 +154,22 @@ def mean(points: Sequence[Point]) -> float:
 
 def slope(points: Sequence[Point]) -> float:
     """The least-squares slope of value over time (per second); 0 with fewer than three points."""
+    return trend(points)[0]
+
+
+def trend(points: Sequence[Point]) -> tuple[float, float]:
+    """The least-squares slope of value over time (per second) and its standard error (the residuals' spread over
+    the times' spread, n - 2 degrees of freedom); (0, 0) with fewer than three points."""
     if len(points) < 3:
-        return 0.0
+        return 0.0, 0.0
     mt = sum(t for t, _ in points) / len(points)
     mv = mean(points)
     var = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / var if var > 0 else 0.0
+    if var <= 0:
+        return 0.0, 0.0
+    fitted = sum((t - mt) * (v - mv) for t, v in points) / var
+    residuals = sum((v - mv - fitted * (t - mt)) ** 2 for t, v in points)
+    return fitted, math.sqrt(residuals / (len(points) - 2) / var)
 
 
 FORECAST_GROWTH = 1.5
@@ -181,10 +192,11 @@ class Demand:
 def demand(
     points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
 ) -> Demand:
-    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and its
-    linear extrapolation to `now + lead_seconds` (at most as far ahead as the points span): never below the mean
-    (scale-up looks ahead, it never scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it
-    (a window's trend is not extrapolated into a surge)."""
+    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
+    window's trend line puts the demand at `now + lead_seconds` (at most as far beyond the line's centre as the
+    points span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for
+    a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
+    surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
     latest = recent(points, points[-1][0], recent_seconds)
@@ -192,13 +204,18 @@ def demand(
         last = recent(points, points[-1][0], surge_seconds)
         latest = max(latest, last, key=mean)
     current = max(mean(latest), 0.0)
-    trend = slope(points)
-    centre = sum(t for t, _ in latest) / len(latest)
+    # Along the line itself, not from the level: on a ramp the two agree, but after a step up the level is already
+    # the step's and the window's slope is the step, not a ramp, so the slope added to the level counted the step
+    # twice, up to the cap. Less one standard error: a slope the window's noise could make is not extrapolated (at
+    # the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6 served the load).
+    fitted, error = trend(points)
+    centre = sum(t for t, _ in points) / len(points)
     # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
     # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
     horizon = min(now + lead_seconds - centre, points[-1][0] - points[0][0])
-    ahead = current + trend * horizon
-    return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), trend)
+    rising = fitted - error
+    ahead = mean(points) + rising * horizon if rising > 0 else current
+    return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), fitted)
 
 
 def persisted(points: Sequence[Point], threshold: float) -> float:

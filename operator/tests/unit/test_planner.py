@@ -299,6 +299,35 @@ def test_the_queue_that_builds_before_new_servers_are_up_is_planned_for() -> Non
     assert served.prefill.inputs["building_prompt_tokens"] == 0.0
 
 
+def test_before_a_rate_is_learned_prefill_s_rate_is_inferred_from_its_queue() -> None:
+    """2 servers each serving 3,000 tokens/s (3 requests/s) and keeping 1.5 waiting (below the saturation threshold:
+    nothing learned): an M/D/1 queue of 1.5 is a utilisation of sqrt(2.25 + 3) - 1.5 = 0.79, so one server prefills
+    about 3,000 / 0.79 = 3,792 tokens/s; the pool is sized on it (TTFT 0.5 s: utilisation 1 - 1000 / 3,792 / 0.5 =
+    0.47, the floor 0.5), and nothing is learned from it."""
+    now = 1000.0
+    window = ServiceWindow(prefill_pool(now, 2, 3000.0, queued=1.5), decode_pool(now, 2, 100.0), False)
+    decision, state = decide(settings(prefill=PoolLimits(1, 20)), PlannerState(), window, now)
+    rho = math.sqrt(1.5**2 + 3.0) - 1.5
+    inputs = decision.prefill.inputs
+    assert inputs["server_tokens_per_second"] == pytest.approx(3000.0 / rho)
+    assert inputs["inferred_from_queue_per_server"] == pytest.approx(1.5)
+    assert decision.prefill.desired == math.ceil(6000.0 / (3000.0 / rho * 0.5) - 1e-9) == 4
+    assert "inferred from a queue of 1.5 per server" in decision.prefill.reason
+    assert state.prefill_rate is None
+    # A queue that persisted at the saturation threshold teaches the rate (what the servers serve), which then wins.
+    saturated = ServiceWindow(prefill_pool(now, 2, 3000.0, queued=20.0), decode_pool(now, 2, 100.0), False)
+    full, learned = decide(settings(prefill=PoolLimits(1, 20)), PlannerState(), saturated, now)
+    assert full.prefill.inputs["server_tokens_per_second"] == pytest.approx(3000.0) == learned.prefill_rate
+    assert "inferred_from_queue_per_server" not in full.prefill.inputs
+    # A queue too small to read, or a KV pool nearly full (its queue waits for memory): nothing inferred, it holds.
+    light = ServiceWindow(prefill_pool(now, 2, 3000.0, queued=0.2), decode_pool(now, 2, 100.0), False)
+    held, _ = decide(settings(), PlannerState(), light, now)
+    assert held.prefill.desired == 2 and "capacity not learned yet" in held.prefill.reason
+    full_kv = pool(2, [pod(now, prompt=3000.0, requests=3.0, queued=1.5, usage=0.95)] * 2)
+    blocked, _ = decide(settings(), PlannerState(), replace(window, prefill=full_kv), now)
+    assert "inferred_from_queue_per_server" not in blocked.prefill.inputs
+
+
 def test_before_a_capacity_is_learned_only_a_persisting_queue_moves_a_pool() -> None:
     """Decode servers that export no gen_throughput teach no step time: their persisting queue adds servers in
     proportion to its growth over the served requests; without a queue the pool holds, and it never shrinks."""
@@ -484,38 +513,47 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
     assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
     assert surge.prefill.desired > minute.prefill.desired
-    # A step is not a trend: however far ahead the lead looks, the forecast extrapolates no further than the window
-    # spans and adds at most half the demand now.
+    # A step is not a trend: however far ahead the lead looks, the window's line, followed as far beyond its centre
+    # as the window spans, stays below the level the step reached; the forecast is that level (the old reading put
+    # the step's slope on top of its level: 1.5 x, the cap).
     ahead, _ = decide(settings(lead_seconds=600.0), LEARNED, window, now)
     further, _ = decide(settings(lead_seconds=6000.0), LEARNED, window, now)
     demand = ahead.prefill.inputs
     assert further.prefill.inputs["forecast_prompt_tokens_per_second"] == demand["forecast_prompt_tokens_per_second"]
-    assert demand["prompt_tokens_per_second"] < demand["forecast_prompt_tokens_per_second"]
-    assert demand["forecast_prompt_tokens_per_second"] <= 1.5 * demand["prompt_tokens_per_second"]
+    assert demand["forecast_prompt_tokens_per_second"] == pytest.approx(demand["prompt_tokens_per_second"])
+    assert ahead.prefill.desired == surge.prefill.desired
 
 
 def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
     """A 3x step in prefill arrivals 20 s before now, while decode still runs what prefill let through before it: 100
-    requests per server, each server finishing 2.5 per second (40 s on decode each). Decode is asked for the
-    requests the step will keep on it (arrivals x 40 s) in the same decision as prefill, not a round
-    after decode's own load shows it; a steady load whose arrivals match what decode finishes changes nothing."""
+    requests per server, each server finishing 2.5 per second. Decode is asked for the requests the step will keep on
+    it (arrivals x the time one takes at the batch decode is sized for) in the same decision as prefill, not a round
+    after decode's own load shows it; a steady load, or decode filling up at a warm-up, changes nothing."""
     now = 1000.0
 
     def step(t: float) -> float:
         return 2500.0 if t < now - 20 else 7500.0
 
     coupled = ServiceWindow(prefill_pool(now, 2, step), decode_pool(now, 2, 100.0, requests=2.5), False)
-    surge, _ = decide(settings(), LEARNED, coupled, now)
+    surge, state = decide(settings(), LEARNED, coupled, now)
     alone, _ = decide(settings(handover_gate=math.inf), LEARNED, coupled, now)
     assert alone.decode.desired == 2
     inputs = surge.decode.inputs
-    assert inputs["decode_seconds"] == pytest.approx(40.0)
-    assert inputs["finished_per_second"] == pytest.approx(5.0)
+    # A request's output: 100 x 2 tokens per 0.03 s step over 2.5 finished per second, 2,667 tokens; at the batch
+    # decode is sized for (150 at the ITL target x 0.9 = 135: steps of 0.037 s) it takes 2,667 x 0.037 / 2 = 49 s
+    # (40 s at the 100 it runs now).
+    assert state.mean_output == pytest.approx(100 * 2 / 0.03 / 2.5)
+    assert inputs["decode_seconds"] == pytest.approx(100 * 2 / 0.03 / 2.5 * (A + B * 135) / 2)
     assert inputs["handover_requests_per_second"] == pytest.approx(
         surge.prefill.inputs["forecast_prompt_tokens_per_second"] / 1000
     )
-    assert inputs["forecast_requests"] == pytest.approx(inputs["handover_requests_per_second"] * 40.0)
-    # The surge's last 20 s read 10,000 tokens/s (the 15 s scrapes straddle the step): about 10 requests/s x 40 s
+    passing = surge.prefill.inputs["served_requests_per_second"]
+    assert inputs["prefill_passing_per_second"] == pytest.approx(passing)
+    assert inputs["handover_requests_per_second"] >= 1.15 * passing
+    assert inputs["forecast_requests"] == pytest.approx(
+        inputs["handover_requests_per_second"] * inputs["decode_seconds"]
+    )
+    # The surge's last 20 s read 10,000 tokens/s (the 15 s scrapes straddle the step): about 10 requests/s x 49 s
     # over 150 per server x 0.9, twice the servers decode's own 200 requests ask for.
     assert surge.decode.desired == math.ceil(inputs["forecast_requests"] / 135 - 1e-9) == 4
     assert "once prefill hands over" in surge.decode.reason
@@ -523,16 +561,22 @@ def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
     steady_decision, _ = decide(settings(), LEARNED, consistent, now)
     assert steady_decision.decode.desired == 2
     assert "handover_requests_per_second" not in steady_decision.decode.inputs
-    # Decode filling up over the last minute: 5 requests/s arrive, 3.3/s of them still accumulate (few finished yet).
-    # What decode receives matches what prefill hands over: no surge, however few finished.
+    # Decode filling up over the last minute at a warm-up: few of its requests finished yet, but prefill hands over
+    # what it passes now: no surge. Nor is an output length learned from it (tokens over finished requests would
+    # count the tokens of the requests still running).
 
     def filling(t: float) -> float:
         return 100.0 * min(max((t - (now - 60)) / 60, 0.0), 1.0)
 
     warming = ServiceWindow(prefill_pool(now, 2, 2500.0), decode_pool(now, 2, filling, requests=5 / 6), False)
-    warm, _ = decide(settings(), LEARNED, warming, now)
+    warm, warm_state = decide(settings(), LEARNED, warming, now)
     assert "handover_requests_per_second" not in warm.decode.inputs
-    assert warm.decode.desired == 2
+    assert warm.decode.desired == 2 and warm_state.mean_output is None
+    # The same filling decode while prefill's arrivals step up: a surge, but no output length learned yet, so decode
+    # is sized for its own requests.
+    filling_surge = ServiceWindow(prefill_pool(now, 2, step), warming.decode, False)
+    unknown, _ = decide(settings(), LEARNED, filling_surge, now)
+    assert "handover_requests_per_second" not in unknown.decode.inputs
 
 
 def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() -> None:
@@ -545,11 +589,25 @@ def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() ->
     far = signals.demand(rising, 60.0, 60.0, 600.0, surge_seconds=20.0)
     assert far.forecast == pytest.approx(signals.FORECAST_GROWTH * 500.0)
     assert signals.FORECAST_GROWTH * 500.0 < 500.0 + 10.0 * 60.0 < 500.0 + 10.0 * (660.0 - 50.0)
-    # A slow rise (1 per second from 100): the span bound holds it below the cap.
+    # A slow rise (1 per second from 100): the line from its centre (30 s, 130) at most the window's span (60 s)
+    # ahead; the span bound holds it below the cap.
     slow = signals.demand([(t, 100.0 + t) for t, _ in rising], 60.0, 60.0, 600.0, surge_seconds=20.0)
     assert slow.now == pytest.approx(150.0)
-    assert slow.forecast == pytest.approx(150.0 + 1.0 * 60.0)
+    assert slow.forecast == pytest.approx(130.0 + 1.0 * 60.0)
     assert slow.forecast < signals.FORECAST_GROWTH * 150.0
+
+
+def test_a_trend_within_the_windows_noise_is_not_forecast() -> None:
+    # A flat 100 with alternating +-20 noise over 60 s and a rise of 0.1 per second: the fitted slope is positive
+    # but within one standard error: the forecast is the level now. The same rise without noise is forecast.
+    noisy = [(float(t), 100.0 + 0.1 * t + (20.0 if k % 2 else -20.0)) for k, t in enumerate(range(0, 61, 5))]
+    slope, error = signals.trend(noisy)
+    assert 0 < slope < error
+    flat = signals.demand(noisy, 60.0, 60.0, 30.0)
+    assert flat.forecast == pytest.approx(flat.now)
+    clean = signals.demand([(t, 100.0 + 0.1 * t) for t, _ in noisy], 60.0, 60.0, 30.0)
+    assert signals.trend([(t, 100.0 + 0.1 * t) for t, _ in noisy])[1] == pytest.approx(0.0, abs=1e-9)
+    assert clean.forecast == pytest.approx(103.0 + 0.1 * 60.0)  # from the centre (30 s, 103) to now + 30 s
 
 
 def test_the_state_round_trips_through_its_wire_form() -> None:

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from e2e.serving.emulator import capacity, profiles
+from e2e.serving.emulator import capacity, pd, profiles
 from e2e.serving.emulator.capacity import (
     Limits,
     Request,
@@ -177,3 +177,15 @@ def test_no_new_admission_while_a_retracted_request_waits() -> None:
     assert list(server.ready) == [newcomer]  # pre-allocated; the KV transfer is instant in pure use
     server._join_running()
     assert server.running == [newcomer]
+
+
+def test_pd_waits_for_gpu_work_stretch_with_the_time_scale_and_heartbeats_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
+    monkeypatch.delenv("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", raising=False)
+    monkeypatch.setenv("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", "5")
+    scaled = pd.Timeouts.from_env().scaled(8.0)
+    assert (scaled.bootstrap, scaled.waiting) == (2400.0, 2400.0)  # 300 emulated s, as SGLang waits
+    assert (scaled.heartbeat_interval, scaled.heartbeat_max_failure) == (5.0, 2)
+    assert pd.Timeouts.from_env().scaled(1.0) == pd.Timeouts.from_env()
