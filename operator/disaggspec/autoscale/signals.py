@@ -193,9 +193,9 @@ def demand(
     points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
 ) -> Demand:
     """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
-    window's trend line puts the demand at `now + lead_seconds` (at most as far beyond the line's centre as the
-    points span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for
-    a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
+    trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
+    span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for a fall
+    that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
     surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
@@ -204,18 +204,20 @@ def demand(
         last = recent(points, points[-1][0], surge_seconds)
         latest = max(latest, last, key=mean)
     current = max(mean(latest), 0.0)
-    # Along the line itself, not from the level: on a ramp the two agree, but after a step up the level is already
-    # the step's and the window's slope is the step, not a ramp, so the slope added to the level counted the step
-    # twice, up to the cap. Less one standard error: a slope the window's noise could make is not extrapolated (at
-    # the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6 served the load).
-    fitted, error = trend(points)
-    centre = sum(t for t, _ in points) / len(points)
+    # The trend of the points the level is the mean of (the whole window's when they are too few for a line): after a
+    # step up the level is the step's, and the window's slope is the step itself, not a ramp, so extrapolating that
+    # slope counted the step twice, up to the cap. Less one standard error: a slope the window's noise could make is
+    # not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6
+    # served the load).
+    basis = latest if len(latest) >= 3 else points
+    fitted, error = trend(basis)
+    centre = sum(t for t, _ in basis) / len(basis)
     # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
     # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
-    horizon = min(now + lead_seconds - centre, points[-1][0] - points[0][0])
+    horizon = min(now + lead_seconds - centre, basis[-1][0] - basis[0][0])
     rising = fitted - error
-    ahead = mean(points) + rising * horizon if rising > 0 else current
-    return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), fitted)
+    ahead = mean(basis) + rising * horizon if rising > 0 else current
+    return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), slope(points))
 
 
 def persisted(points: Sequence[Point], threshold: float) -> float:

@@ -512,10 +512,11 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     surge, _ = decide(settings(), LEARNED, window, now)
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
     assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
-    assert surge.prefill.desired > minute.prefill.desired
-    # A step is not a trend: however far ahead the lead looks, the window's line, followed as far beyond its centre
-    # as the window spans, stays below the level the step reached; the forecast is that level (the old reading put
-    # the step's slope on top of its level: 1.5 x, the cap).
+    # The minute's own trend line reaches less than the last 20 s' level even at now.
+    assert minute.prefill.inputs["forecast_prompt_tokens_per_second"] < surge.prefill.inputs["prompt_tokens_per_second"]
+    # A step is not a trend: however far ahead the lead looks, the last 20 s (the step's level) are flat, so the
+    # forecast is that level (the old reading put the whole window's slope, the step itself, on top of its level:
+    # 1.5 x, the cap).
     ahead, _ = decide(settings(lead_seconds=600.0), LEARNED, window, now)
     further, _ = decide(settings(lead_seconds=6000.0), LEARNED, window, now)
     demand = ahead.prefill.inputs
@@ -585,16 +586,20 @@ def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() ->
     near = signals.demand(rising, 60.0, 60.0, 10.0, surge_seconds=20.0)
     assert near.now == pytest.approx(500.0)
     assert near.forecast == pytest.approx(500.0 + 10.0 * (70.0 - 50.0))  # to now + lead from the points' centre
-    # A lead beyond the window: extrapolated over the window's span (60 s) only, then capped at 1.5 x now.
+    # A lead beyond the window: extrapolated only as far as the points it was fitted on span (the last 20 s).
     far = signals.demand(rising, 60.0, 60.0, 600.0, surge_seconds=20.0)
-    assert far.forecast == pytest.approx(signals.FORECAST_GROWTH * 500.0)
-    assert signals.FORECAST_GROWTH * 500.0 < 500.0 + 10.0 * 60.0 < 500.0 + 10.0 * (660.0 - 50.0)
-    # A slow rise (1 per second from 100): the line from its centre (30 s, 130) at most the window's span (60 s)
-    # ahead; the span bound holds it below the cap.
-    slow = signals.demand([(t, 100.0 + t) for t, _ in rising], 60.0, 60.0, 600.0, surge_seconds=20.0)
-    assert slow.now == pytest.approx(150.0)
-    assert slow.forecast == pytest.approx(130.0 + 1.0 * 60.0)
-    assert slow.forecast < signals.FORECAST_GROWTH * 150.0
+    assert far.forecast == pytest.approx(500.0 + 10.0 * 20.0)
+    assert far.forecast < 500.0 + 10.0 * (660.0 - 50.0)
+    # A steep rise over the minute alone (no surge window): the line over its 60 s span, capped at 1.5 x now.
+    minute = signals.demand(rising, 60.0, 60.0, 600.0)
+    assert minute.now == pytest.approx(300.0)
+    assert minute.forecast == pytest.approx(signals.FORECAST_GROWTH * 300.0)
+    assert minute.forecast < 300.0 + 10.0 * 60.0
+    # Too few recent points for a line (two): the whole window's line, from its centre (30 s, 300).
+    sparse = [(0.0, 0.0), (20.0, 200.0), (40.0, 400.0), (60.0, 600.0)]
+    assert signals.demand(sparse, 60.0, 60.0, 10.0, surge_seconds=20.0).forecast == pytest.approx(
+        min(300.0 + 10.0 * 40.0, signals.FORECAST_GROWTH * 500.0)
+    )
 
 
 def test_a_trend_within_the_windows_noise_is_not_forecast() -> None:
