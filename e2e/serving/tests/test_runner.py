@@ -232,16 +232,21 @@ def test_deployment_pods_get_loopback_ips_and_become_ready_once_serving(env: Env
 def test_crashing_container_is_reported_and_restarted_with_backoff(env: Env, namespace: str) -> None:
     env.apply(pod("crasher", namespace, container(env, ["fakeserver", "crash", "--code", "3", "--after", "0.2"])))
 
+    backing_off: list[dict[str, Any]] = []
+
     def restarted_twice_and_backing_off() -> bool:
         # Between restarts the container runs for 0.2 s, and a running container without a readiness probe is ready:
-        # a snapshot taken then (a loaded machine makes that likely) shows ready, so wait for the backoff itself.
+        # a snapshot taken then (a loaded machine makes that likely) shows ready, so wait for the backoff itself, and
+        # check that very snapshot: the backoff is 0.5-2 s here, so a second read may already see the next start.
         found = env.pod(namespace, "crasher")
         statuses = ((found or {}).get("status") or {}).get("containerStatuses") or [{}]
-        return int(statuses[0].get("restartCount", 0)) >= 2 and "running" not in statuses[0].get("state", {})
+        if int(statuses[0].get("restartCount", 0)) >= 2 and "running" not in statuses[0].get("state", {}):
+            backing_off.append(found or {})
+            return True
+        return False
 
     env.kube.wait_for("restartCount >= 2, backing off", restarted_twice_and_backing_off, timeout=30)
-    found = env.pod(namespace, "crasher")
-    assert found is not None
+    found = backing_off[-1]
     status = found["status"]["containerStatuses"][0]
     last = status["lastState"]["terminated"]
     assert (last["exitCode"], last["reason"]) == (3, "Error")
