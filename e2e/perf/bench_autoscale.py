@@ -85,11 +85,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import yaml
 
 from disaggspec import constants as c
+from disaggspec.api.v1alpha1.router import RouterPolicy
 from disaggspec.sglang.profiles import PROFILES
 from e2e.cluster.controlplane import LocalCluster, NodeShape
 from e2e.perf.bench_capacity import (
@@ -345,6 +346,9 @@ def burst_recovery(
 # ---- the cluster side -----------------------------------------------------------------------------------------------
 
 
+ROUTER_POLICIES: Final = get_args(RouterPolicy)
+
+
 @dataclass(frozen=True)
 class Settings:
     day_seconds: float
@@ -377,6 +381,8 @@ class Settings:
     """The operator's measuring interval (wall seconds): the planner decides once per round."""
     health_window: float = 60.0
     """The operator's measuring window (wall seconds): what the planner's demand and trend are read from."""
+    router_policy: str | None = None
+    """Every arm's PD router `--policy` (spec.router.policy); None keeps the example's (round_robin)."""
 
 
 @dataclass
@@ -414,6 +420,8 @@ def autoscaling_in_crds() -> bool:
 def service_object(profile: Profile, arm: str, ratio: Ratio, s: Settings) -> dict[str, Any]:
     """The example at `ratio`, time-scaled, with the emulated model load; autoscaled arms get spec.autoscaling."""
     obj = build(profile.bench, ratio, s.time_scale)
+    if s.router_policy:
+        obj["spec"].setdefault("router", {})["policy"] = s.router_policy
     for role in POOLS:
         annotations = obj["spec"][role]["podAnnotations"]
         annotations[LOAD_SECONDS_KEY] = f"{s.model_load * s.time_scale:g}"
@@ -1083,6 +1091,7 @@ def header(s: Settings, schedule: str, profiles: Sequence[Profile]) -> str:
         else ""
     )
     peaks = ", ".join(f"{p.bench.name} peak {p.peak_rps:g} req/s" for p in profiles)
+    routing = f"the PD router's policy {s.router_policy}; " if s.router_policy else ""
     return (
         f"One day in {s.day_seconds:g} emulated s (trough = peak / {s.swing:g}; {peaks}) with a x{s.burst_factor:g} "
         f"burst of {s.burst_seconds:g} s at {s.burst_hour:g}:00; prompt {s.prompt} / output {s.output} tokens, "
@@ -1091,7 +1100,7 @@ def header(s: Settings, schedule: str, profiles: Sequence[Profile]) -> str:
         f"{s.utilization:.0%} of one server's modelled capacity; autoscaled pools 1-{s.max_replicas}, new servers "
         f"load for {s.model_load:g} s, scale-down stabilization {s.stabilization:g} s, planner lead {s.lead:g} s "
         f"(emulated); the operator measures (and the planner decides) every {s.health_interval:g} s over "
-        f"{s.health_window:g} s (wall); SLA per profile as in the capacity table (TTFT/ITL ms: "
+        f"{s.health_window:g} s (wall); {routing}SLA per profile as in the capacity table (TTFT/ITL ms: "
         + ", ".join(f"{p.bench.name} {p.bench.ttft_ms:g}/{p.bench.itl_ms:g}" for p in profiles)
         + f"); times in emulated (GPU) seconds.{drop}"
     )
@@ -1271,6 +1280,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--hpa-decode-running", type=float, help="HPA target per decode pod (default: from the model)")
     parser.add_argument("--timeout", type=float, default=120.0, help="per request and drain, emulated seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--router-policy",
+        choices=ROUTER_POLICIES,
+        help="every arm's PD router --policy (spec.router.policy; default: the example's, round_robin)",
+    )
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="wall seconds")
     parser.add_argument("--port-base", type=int, default=20179)
     parser.add_argument("--health-interval", type=float, default=5.0, help="operator's measuring interval, wall s")
@@ -1317,6 +1331,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ready_timeout=args.ready_timeout,
         health_interval=args.health_interval,
         health_window=args.health_window,
+        router_policy=args.router_policy,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

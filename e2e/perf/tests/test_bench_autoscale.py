@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from disaggspec.api import parse_service
+from disaggspec.validation import validate
 from e2e.perf.bench_autoscale import (
     PROFILES_BY_NAME,
     ClusterSampler,
@@ -28,6 +30,7 @@ from e2e.perf.bench_autoscale import (
     saved_header,
     scaling_events,
     servers_for,
+    service_object,
     sizes,
     step_integral,
     time_weighted_mean,
@@ -234,13 +237,7 @@ def test_burst_recovery_says_when_the_sla_was_met_again_and_how_the_rest_of_the_
 
 
 def test_a_saved_run_s_header_is_made_again_from_its_settings() -> None:
-    settings = Settings(
-        day_seconds=240.0, swing=6.0, burst_factor=3.0, burst_hour=6.0, burst_seconds=24.0, prompt=8192, output=256,
-        time_scale=8.0, utilization=0.9, max_replicas=14, model_load=10.0, lead=15.0, stabilization=30.0,
-        accept_drop=(0.45, 1.2), hpa_prefill_metric="q", hpa_prefill_rate_metric="r", hpa_decode_metric="d",
-        hpa_prefill_queue=None, hpa_decode_running=None, timeout=120.0, seed=0, ready_timeout=600.0,
-        health_interval=5.0, health_window=60.0,
-    )  # fmt: skip
+    settings = _settings()
     profile = dataclasses.replace(PROFILES_BY_NAME["llama-eagle3"], peak_rps=30.0)
     expected = header(settings, "per-profile", [profile])
     saved = json.loads(json.dumps({
@@ -250,3 +247,26 @@ def test_a_saved_run_s_header_is_made_again_from_its_settings() -> None:
     assert saved_header(saved) == expected
     assert "drops to 1.2" in expected and "llama-eagle3 peak 30 req/s" in expected
     assert saved_header({**saved, "head": "as saved"}) == "as saved"
+
+
+@pytest.mark.parametrize("profile_name", ["llama-eagle3", "deepseek-mtp"])
+def test_a_router_policy_reaches_every_arm_and_passes_the_operator_s_rules(profile_name: str) -> None:
+    settings = dataclasses.replace(_settings(), router_policy="power_of_two")
+    profile = PROFILES_BY_NAME[profile_name]
+    for arm in ("static-peak", "hpa", "planner"):
+        obj = service_object(profile, arm, Ratio(2, 1), settings)
+        assert obj["spec"]["router"]["policy"] == "power_of_two"
+        assert validate(parse_service(obj)) == []
+    kept = service_object(profile, "planner", Ratio(2, 1), _settings())
+    assert kept["spec"]["router"]["policy"] == "round_robin"  # the example's own
+    assert "policy power_of_two" in header(settings, "per-profile", [profile])
+    assert "policy" not in header(_settings(), "per-profile", [profile])
+
+
+def _settings() -> Settings:
+    return Settings(
+        day_seconds=240.0, swing=6.0, burst_factor=3.0, burst_hour=6.0, burst_seconds=24.0, prompt=8192, output=256,
+        time_scale=8.0, utilization=0.9, max_replicas=14, model_load=10.0, lead=15.0, stabilization=30.0,
+        accept_drop=(0.45, 1.2), hpa_prefill_metric="q", hpa_prefill_rate_metric="r", hpa_decode_metric="d",
+        hpa_prefill_queue=None, hpa_decode_running=None, timeout=120.0, seed=0, ready_timeout=600.0,
+    )  # fmt: skip
