@@ -14,17 +14,15 @@ decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `h
 second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
-ahead, now being the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and the
-forecast the trend line of those points, its slope less one standard error (never below now, `signals.demand`);
-scale-down takes the highest
-recommendation of the last `stabilization_seconds`, only once the planner has watched that long, never during a
-rollout, and removes at most half a pool per decision. Before a prefill rate is learned it is inferred from the
-queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`). Before a capacity
-is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers (one, or in
-proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum; otherwise it
-holds. Whatever the model says, a persisting queue never
-leaves a pool as it is once all its servers are up. Then [min, max] per pool, then the prefill/decode band, by
-raising the smaller pool within its max.
+ahead: now is the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and ahead is
+where the trend line of those points leads, its slope less one standard error (never below now, `signals.demand`);
+scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
+that long, never during a rollout, and removes at most half a pool per decision. Before a prefill rate is learned it
+is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
+Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers
+(one, or in proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum;
+otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once all its servers are
+up. Then [min, max] per pool, then the prefill/decode band, by raising the smaller pool within its max.
 """
 
 from __future__ import annotations
