@@ -381,7 +381,7 @@ class Settings:
     """The operator's measuring interval (wall seconds): the planner decides once per round."""
     health_window: float = 60.0
     """The operator's measuring window (wall seconds): what the planner's demand and trend are read from."""
-    router_policy: str | None = None
+    router_policy: RouterPolicy | None = None
     """Every arm's PD router `--policy` (spec.router.policy); None keeps the example's (round_robin)."""
 
 
