@@ -687,23 +687,32 @@ class Engine:
             "sglang_version": self.cfg.version,
             "dp_rank": req.dp_rank,
         }
-        try:
-            async with session.post(
-                f"{rank_url}{EMULATOR_PREFIX}rooms/{room}/decode?dp_rank={dp_rank}",
-                json=me,
-                timeout=aiohttp.ClientTimeout(total=5),
-            ) as response:
-                answered = await response.read() if response.status == 200 else b""
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            if self.cfg.version == "0.5.23":
-                # common/conn.py:2821-2836 (_send_bootstrap_message).
-                raise pd.HandshakeError(
-                    f"send_metadata to prefill {rank['rank_ip']}:{rank['rank_port']} failed", "transfer"
-                ) from None
-            # 0.5.2 sends over ZMQ without a failure path; the heartbeat notices (see _wait_for_transfer).
-            answered = b""
+        answered = await self._send_metadata(f"{rank_url}{EMULATOR_PREFIX}rooms/{room}/decode?dp_rank={dp_rank}", me)
+        if answered is None:
+            # 0.5.23 common/conn.py:2818-2837 (_send_bootstrap_message: a ZMQError fails the request).
+            failed = f"send_metadata to prefill {rank['rank_ip']}:{rank['rank_port']} failed"
+            raise pd.HandshakeError(failed, "transfer")
         self._check_revision(req, addr, answered)
         return {"addr": addr, "rank_url": rank_url, "dp_rank": dp_rank}
+
+    async def _send_metadata(self, url: str, me: dict[str, Any]) -> bytes | None:
+        """The decode's KV indices to the prefill rank: SGLang pushes a ZMQ message, which fails only when no peer
+        takes it within the send timeout (0.5.23's ZMQ_SNDTIMEO; 0.5.2 sets none and blocks). Once the prefill has
+        the message, a slow prefill delays the transfer, never the send: the waiting timeout and the heartbeat
+        (_wait_for_transfer) judge it. So only a failed connect fails the send here (None, 0.5.23), and the prefill's
+        answer, which carries the emulator's revision oracle, is b"" when it does not come within the heartbeat's
+        patience (the heartbeat then takes over)."""
+        connect = self.timeouts.zmq_send if self.cfg.version == "0.5.23" else None
+        patience = self.timeouts.heartbeat_interval * self.timeouts.heartbeat_max_failure
+        try:
+            async with self.session().post(
+                url, json=me, timeout=aiohttp.ClientTimeout(total=patience, sock_connect=connect)
+            ) as response:
+                return await response.read() if response.status == 200 else b""
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            return None if self.cfg.version == "0.5.23" else b""
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return b""
 
     async def _preallocate(self, req: GenRequest) -> None:
         """With the capacity model, wait in the pre-allocation queue until the request's KV has a place: only then

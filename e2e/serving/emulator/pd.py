@@ -89,6 +89,9 @@ class Timeouts:
     """SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (5.0, at least 2.0)."""
     heartbeat_max_failure: int
     """SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE (2, at least 1)."""
+    zmq_send: float = 1.0
+    """SGLANG_DISAGGREGATION_ZMQ_SEND_TIMEOUT (1 s, 0.5.23 environ.py:760, the side channel's ZMQ_SNDTIMEO at
+    common/conn.py:2746-2750): how long the decode's metadata send may wait for a peer to take it. 0.5.2 sets none."""
 
     @classmethod
     def from_env(cls) -> Timeouts:
@@ -97,13 +100,15 @@ class Timeouts:
             waiting=env_int("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300),
             heartbeat_interval=max(env_float("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", 5.0), 2.0),
             heartbeat_max_failure=max(env_int("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2), 1),
+            zmq_send=env_int("SGLANG_DISAGGREGATION_ZMQ_SEND_TIMEOUT", 1),
         )
 
     def scaled(self, time_scale: float) -> Timeouts:
         """The timeouts in the capacity model's scaled time: the bootstrap and waiting timeouts bound how long a
         request waits for GPU work (its peer's queue, prefill, the KV transfer), which runs `time_scale` times slower
         here, so they stretch with it (unscaled, at time scale 8 a decode gave up on a transfer after 37.5 emulated s,
-        where SGLang waits 300 s). The heartbeat checks a connection, not GPU work: it stays wall-clock."""
+        where SGLang waits 300 s). The heartbeat and the ZMQ send timeout bound a connection, not GPU work: they stay
+        wall-clock."""
         return replace(self, bootstrap=self.bootstrap * time_scale, waiting=self.waiting * time_scale)
 
 

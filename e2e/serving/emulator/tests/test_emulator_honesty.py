@@ -189,6 +189,9 @@ NEEDLES = [
     ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT = EnvInt(300)"),
     ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL = EnvFloat(5.0)"),
     ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE = EnvInt(2)"),
+    ("0.5.23", _ENV, "SGLANG_DISAGGREGATION_ZMQ_SEND_TIMEOUT = EnvInt(1)"),
+    ("0.5.23", _CC, "SGLANG_DISAGGREGATION_ZMQ_SEND_TIMEOUT.get() * 1000"),
+    ("0.5.23", _CC, 'operation: Literal["_register_kv_args", "send_metadata"]'),
     ("0.5.23", _ENV, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = EnvBool(True)"),
     ("0.5.23", "sglang/srt/managers/scheduler.py", "bootstrap room id"),
     # fail=load-failure and fail=crash: the loader's error, the scheduler's report and the server's SIGQUIT handler.
