@@ -18,6 +18,7 @@ import yaml
 
 from e2e.cluster.controlplane import LocalCluster
 from e2e.support.fixtures import Cluster
+from e2e.support.kube import POLL
 from e2e.support.operator_install import wait_webhook_registered
 from e2e.support.operator_process import OperatorProcess
 from e2e.support.workloads import deployment, example, get, load
@@ -90,7 +91,7 @@ def wait(description: str, predicate: Callable[[], object], timeout: float, proc
     while time.monotonic() < deadline:
         if predicate():
             return time.monotonic() - started
-        time.sleep(0.25)
+        time.sleep(POLL)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {description}\n{process.log_tail(60)}")
 
 
