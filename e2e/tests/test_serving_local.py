@@ -643,7 +643,9 @@ def test_transfer_failures_count_once_per_server_at_tp8(plane: ServingPlane, tp8
 
     cluster.wait_for(f"TransferHealthy counting {counted} on {name}", shows_each_failure_once, timeout=16, interval=1)
     rate = operator.metric("disaggspec_transfer_failures_per_second", namespace=namespace, service=name)
-    assert rate <= sum(counted.values()) / 2, (rate, seen[-1])  # the span is at least one 2 s interval
+    # The span is at least one 2 s measuring interval, give or take the loop's timing (a CI run measured 1.994 s and
+    # 5.016/s against 10 failures); counting every rank (8x) would be seven times over this bound.
+    assert rate <= sum(counted.values()) / (2 * 0.9), (rate, seen[-1])
 
 
 # ---- SpecDecodeHealthy judges drops, not a floor (issue 29) --------------------------------------------------------
