@@ -15,9 +15,11 @@ second it passes on now, N is at least that rate x the time a request takes at n
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
 ahead: now is the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and ahead is
-where the trend line of those points leads, its slope less one standard error (never below now, `signals.demand`);
+where the trend line of those points leads, its slope less two standard errors (never below now, `signals.demand`);
 scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
-that long, never during a rollout, and removes at most half a pool per decision. Before a prefill rate is learned it
+that long, never during a rollout, and removes at most half a pool per decision; what it remembers of a recommendation
+is the servers for the arrivals alone (`Proposal.steady`), so servers asked to clear a queue, or for prefill's
+handover, go once it is cleared. Before a prefill rate is learned it
 is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
 Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers
 (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum;
@@ -80,7 +82,7 @@ def _settle(
     stabilized = max([recommended, *earlier])
     if stabilized >= current:
         return current, (
-            f"scale-down to {recommended} waits: {stabilized} recommended within the last "
+            f"scale-down to {recommended} waits: {stabilized} recommended for the arrivals within the last "
             f"{settings.stabilization_seconds:.0f} s"
         )
     gentle = max(stabilized, math.ceil(current / 2))
@@ -132,6 +134,7 @@ def decide(
     prefill = pools.queue_guard(settings, window.prefill, prefill)
     decode = pools.queue_guard(settings, window.decode, decode)
     recommended = (settings.prefill.clamp(prefill.need), settings.decode.clamp(decode.need))
+    sustained = (settings.prefill.clamp(prefill.sustained), settings.decode.clamp(decode.sustained))
     horizon = now - settings.stabilization_seconds
     history = tuple(entry for entry in state.history if entry[0] >= horizon)
     watched = now - (state.watching_since if state.watching_since is not None else now)
@@ -164,7 +167,7 @@ def decide(
         decisions.append(PoolDecision(role, pool.replicas, desired, reason, dict(proposal.inputs)))
     ends = [sig.span(pool.series) for pool in (window.prefill, window.decode)]
     seen = max((span[1] for span in ends if span is not None), default=state.learned_until)
-    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, recommended[0], recommended[1])))
+    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, sustained[0], sustained[1])))
     ordered = sorted(decisions, key=lambda pool: pool.desired == pool.current)
     message = ". ".join(
         f"{pool.role} {pool.current} -> {pool.desired}: {pool.reason}"

@@ -125,6 +125,13 @@ def queued(sample: PodSample, _: PodSample | None = None) -> float:
     return sample.queued or 0.0
 
 
+def unprefilled(sample: PodSample, _: PodSample | None = None) -> float:
+    """A prefill server's requests not prefilled yet: in its waiting queue and in its bootstrap queue, where a request
+    waits until its decode has pre-allocated KV for it (SGLang 0.5.2 disaggregation/prefill.py:194
+    `pop_bootstrapped`, 0.5.23 :497). A full decode pool holds prefill's backlog there, not in the waiting queue."""
+    return queued(sample) + (sample.pd_queued or 0.0)
+
+
 def running(sample: PodSample, previous: PodSample | None) -> float:
     """The running batch, read as empty when the pod generated nothing since its previous scrape (a lagging gauge)."""
     if (
@@ -179,6 +186,14 @@ predict: extrapolating the steep slope of a step (measured on the capacity emula
 servers the burst needed."""
 
 
+FORECAST_ERRORS = 2.0
+"""Standard errors taken off a window's fitted slope before it is extrapolated: a rise the planner scales up for is
+held through the scale-down stabilization window, so a slope that noise could make must not pass. With one error a
+noisy window's slope passes about one decision in six (a normal slope estimate exceeds its truth by one error 16% of
+the time; two: 2%): at the flat peak of the compressed day on the capacity emulator the forecast added 32% to a
+Poisson window of 37 requests/s and both pools held a server too many for 45 s (DeepSeek, 17dfedd)."""
+
+
 @dataclass(frozen=True)
 class Demand:
     """A demand now and where the window's trend puts it `lead` seconds ahead."""
@@ -194,9 +209,9 @@ def demand(
 ) -> Demand:
     """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
     trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
-    span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for a fall
-    that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
-    surge)."""
+    span), its slope less `FORECAST_ERRORS` standard errors: never below the mean (scale-up looks ahead, it never
+    scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not
+    extrapolated into a surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
     latest = recent(points, points[-1][0], recent_seconds)
@@ -206,16 +221,16 @@ def demand(
     current = max(mean(latest), 0.0)
     # The trend of the points the level is the mean of (the whole window's when they are too few for a line): after a
     # step up the level is the step's, and the window's slope is the step itself, not a ramp, so extrapolating that
-    # slope counted the step twice, up to the cap. Less one standard error: a slope the window's noise could make is
-    # not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6
-    # served the load).
+    # slope counted the step twice, up to the cap. Less `FORECAST_ERRORS` standard errors: a slope the window's noise
+    # could make is not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10
+    # servers where 6 served the load).
     basis = latest if len(latest) >= 3 else points
     fitted, error = trend(basis)
     centre = sum(t for t, _ in basis) / len(basis)
     # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
     # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
     horizon = min(now + lead_seconds - centre, basis[-1][0] - basis[0][0])
-    rising = fitted - error
+    rising = fitted - FORECAST_ERRORS * error
     ahead = mean(basis) + rising * horizon if rising > 0 else current
     return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), slope(points))
 

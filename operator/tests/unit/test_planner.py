@@ -398,6 +398,59 @@ def test_scale_down_waits_for_the_stabilization_window_then_removes_at_most_half
     assert len(state.history) == 21 and state.history[0][0] == pytest.approx(1000.0 + 15 * 21 - 300)
 
 
+def test_servers_asked_to_clear_a_queue_go_once_it_is_cleared() -> None:
+    """Stabilization remembers the servers for the arrivals, not those asked to clear a queue: a backlog is finite,
+    and holding its servers for the whole window held a 3x burst's 12 prefill servers 30 s after its queue was gone
+    (6 served its arrivals; DeepSeek on the capacity emulator)."""
+    plan = settings(prefill=PoolLimits(1, 20))
+    _, state = run(plan, LEARNED, steady, 700.0, 21)  # watched 300 s at 2 servers
+
+    def growing(t: float) -> float:
+        return 3.0 + (t - (1015.0 - WINDOW))
+
+    burst = ServiceWindow(prefill_pool(1015.0, 2, 5000.0, queued=growing), decode_pool(1015.0, 2, 100.0), False)
+    up, state = decide(plan, state, burst, 1015.0)
+    # 12,000 tokens/s arriving and 606 requests to clear in 30 s: 11 servers; the arrivals alone ask for 4.
+    assert up.prefill.desired == 11 and state.history[-1][1] == 4
+
+    def cleared(now: float, servers: int, tokens: float = 12000.0) -> ServiceWindow:
+        return ServiceWindow(prefill_pool(now, servers, tokens / servers), decode_pool(now, 2, 100.0), False)
+
+    half, state = decide(plan, state, cleared(1030.0, 11), 1030.0)
+    assert half.prefill.desired == 6
+    assert half.message.startswith("prefill 11 -> 6: 12,000 prompt tokens/s over 11 servers")
+    assert "at most half the pool per decision (recommended 4)" in half.prefill.reason
+    arrivals, state = decide(plan, state, cleared(1045.0, 6), 1045.0)
+    assert arrivals.prefill.desired == 4  # what the arrivals need, 30 s after the burst's queue was gone
+    # What the arrivals needed still holds a scale-down for the whole window: a lighter load keeps 4.
+    lighter, _ = run(plan, state, lambda now: cleared(now, 4, 6000.0), 1060.0, 3)
+    assert all(d.prefill.desired == 4 for d in lighter)
+    assert "scale-down to 2 waits: 4 recommended for the arrivals within the last 300 s" in lighter[-1].prefill.reason
+
+
+def test_a_backlog_released_from_the_bootstrap_queues_is_not_read_as_arrivals() -> None:
+    """4 prefill servers each prefill 3,000 tokens/s while their bootstrap queues (requests waiting for decode to
+    pre-allocate KV: a full decode pool held them) fall by 1 request/s each: 2,000 tokens/s each arrive."""
+    now = 1000.0
+
+    def releasing(t: float) -> float:
+        return max(300.0 - (t - (now - WINDOW)), 0.0)
+
+    prefill = pool(4, [pod(now, prompt=3000.0, requests=3.0, pd=releasing)] * 4)
+    decision, _ = decide(settings(), LEARNED, ServiceWindow(prefill, decode_pool(now, 2, 100.0), False), now)
+    assert decision.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(8000.0)
+    assert decision.prefill.inputs["bootstrap_queued"] == 0.0
+    # 8,000 over 5,000 x 0.6: 3 servers (held: the planner has not watched 300 s yet); read as 12,000 arriving
+    # (the served rate) it asked for 4.
+    assert "scale-down to 3 waits for 300 s of lower recommendations" in decision.prefill.reason
+    # A queue still waiting for decode is prefill's work too: 40 requests to clear in 30 s.
+    waiting = pool(4, [pod(now, prompt=3000.0, requests=3.0, pd=lambda t: releasing(t) + 10.0)] * 4)
+    held, _ = decide(settings(), LEARNED, ServiceWindow(waiting, decode_pool(now, 2, 100.0), False), now)
+    assert held.prefill.inputs["bootstrap_queued"] == 40.0
+    assert held.prefill.desired == 4 == math.ceil((8000 + 40 * 1000 / 30) / 3000)
+    assert "scale-down" not in held.prefill.reason and "+ a queue of 40 to clear in 30 s" in held.prefill.reason
+
+
 def test_scale_down_is_held_during_a_rollout_but_scale_up_is_not() -> None:
     decisions, _ = run(settings(), LEARNED, low(True), 1000.0, 40)
     assert all((d.prefill.desired, d.decode.desired) == (4, 4) for d in decisions)
@@ -420,7 +473,7 @@ def test_a_higher_recommendation_within_the_window_holds_the_scale_down() -> Non
     assert (spike.prefill.desired, spike.decode.desired) == (4, 4)  # 10,000 / 3,000 and 480 / 135: both need 4
     held, state = run(plan, state, low(False), 1165.0, 20)  # to 1450 s: the spike is within the last 300 s
     assert all((d.prefill.desired, d.decode.desired) == (4, 4) for d in held)
-    assert "scale-down to 1 waits: 4 recommended within the last 300 s" in held[-1].prefill.reason
+    assert "scale-down to 1 waits: 4 recommended for the arrivals within the last 300 s" in held[-1].prefill.reason
     after, _ = run(plan, state, low(False), 1465.0, 1)
     assert (after[0].prefill.desired, after[0].decode.desired) == (2, 2)
 
@@ -603,15 +656,23 @@ def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() ->
 
 
 def test_a_trend_within_the_windows_noise_is_not_forecast() -> None:
-    # A flat 100 with alternating +-20 noise over 60 s and a rise of 0.1 per second: the fitted slope is positive
-    # but within one standard error: the forecast is the level now. The same rise without noise is forecast.
-    noisy = [(float(t), 100.0 + 0.1 * t + (20.0 if k % 2 else -20.0)) for k, t in enumerate(range(0, 61, 5))]
-    slope, error = signals.trend(noisy)
-    assert 0 < slope < error
-    flat = signals.demand(noisy, 60.0, 60.0, 30.0)
+    # A level of 100 rising 0.1 per second over 60 s with alternating +-4 noise: the fitted slope is 1.6 standard
+    # errors, which noise makes once in twenty windows: the forecast is the level now (one error off the slope would
+    # have forecast it). The same rise without noise is forecast, and with +-1 noise (6 errors) too.
+    def noisy(amplitude: float) -> list[tuple[float, float]]:
+        times = enumerate(range(0, 61, 5))
+        return [(float(t), 100.0 + 0.1 * t + (amplitude if k % 2 else -amplitude)) for k, t in times]
+
+    slope, error = signals.trend(noisy(4.0))
+    assert error < slope < signals.FORECAST_ERRORS * error
+    flat = signals.demand(noisy(4.0), 60.0, 60.0, 30.0)
     assert flat.forecast == pytest.approx(flat.now)
-    clean = signals.demand([(t, 100.0 + 0.1 * t) for t, _ in noisy], 60.0, 60.0, 30.0)
-    assert signals.trend([(t, 100.0 + 0.1 * t) for t, _ in noisy])[1] == pytest.approx(0.0, abs=1e-9)
+    slope, error = signals.trend(noisy(1.0))
+    assert slope > signals.FORECAST_ERRORS * error
+    rising = signals.demand(noisy(1.0), 60.0, 60.0, 30.0)
+    assert rising.now < rising.forecast < rising.now + 0.1 * 60.0
+    clean = signals.demand(noisy(0.0), 60.0, 60.0, 30.0)
+    assert signals.trend(noisy(0.0))[1] == pytest.approx(0.0, abs=1e-9)
     assert clean.forecast == pytest.approx(103.0 + 0.1 * 60.0)  # from the centre (30 s, 103) to now + 30 s
 
 
