@@ -81,7 +81,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,18 +235,68 @@ def sizes(rate: float, prediction: Prediction, utilization: float) -> Ratio:
 
 
 def ideal_share(
-    curve: RateCurve, prediction: Prediction, utilization: float, gpus: Ratio, samples: int = 20_000
+    curve: RateCurve,
+    prediction: Prediction,
+    utilization: float,
+    gpus: Ratio,
+    samples: int = 20_000,
+    stabilization: float = 0.0,
 ) -> float:
     """The GPU-seconds of an ideal tracker over those of static-peak: each pool sized at every instant for the
     curve's rate (`sizes`, the same utilization), starting instantly, as before any accept-length drop. No autoscaler
-    that keeps the static arms' utilization can use less, so it says how far below static-peak a goal can be met."""
+    that keeps the static arms' utilization can use less, so it says how far below static-peak a goal can be met.
+    `stabilization` > 0: a pool shrinks only to the largest size it needed over the last that many seconds (the
+    scale-down stabilization window both autoscaled arms honour), which is the least an autoscaler with that window
+    can hold, however well it foresees the load."""
     step = curve.duration / samples
     peak = sizes(highest_rate(curve, samples), prediction, utilization)
-    held = 0.0
-    for i in range(samples):
-        want = sizes(curve.rate((i + 0.5) * step), prediction, utilization)
-        held += (want.prefill * gpus.prefill + want.decode * gpus.decode) * step
+    needed = [sizes(curve.rate((i + 0.5) * step), prediction, utilization) for i in range(samples)]
+    width = int(stabilization / step + 1e-9)
+    prefill = _trailing_max([n.prefill for n in needed], width)
+    decode = _trailing_max([n.decode for n in needed], width)
+    held = sum(p * gpus.prefill + d * gpus.decode for p, d in zip(prefill, decode, strict=True)) * step
     return held / ((peak.prefill * gpus.prefill + peak.decode * gpus.decode) * curve.duration)
+
+
+def _trailing_max(values: Sequence[int], width: int) -> list[int]:
+    """Each value's maximum with the `width` values before it (a monotonic deque: linear time)."""
+    out: list[int] = []
+    window: deque[int] = deque()  # indices, their values decreasing
+    for i, value in enumerate(values):
+        while window and values[window[-1]] <= value:
+            window.pop()
+        window.append(i)
+        if window[0] < i - width:
+            window.popleft()
+        out.append(values[window[0]])
+    return out
+
+
+def reactive_ceiling(
+    curve: Burst, prediction: Prediction, utilization: float, model_load: float, ttft_seconds: float
+) -> float:
+    """The highest SLA attainment an autoscaler can reach through the burst without holding capacity for it in
+    advance: prefill sized ideally (`sizes`) for the rate just before the burst, the burst's servers asked at its very
+    first instant and serving `model_load` seconds later, with unlimited capacity from then on (every waiting request
+    served at once) and unlimited decode throughout. Until then the old servers prefill at their full rate, first in,
+    first out (a fluid queue); a request that waits longer than `ttft_seconds` misses. Returns 1 - the share of the
+    day's arrivals that miss: any reactive autoscaler misses at least those (it reacts later, drains slower, and
+    decode is short too), so a goal above it needs capacity held ahead of the burst."""
+    if model_load <= 0 or curve.seconds <= 0:
+        return 1.0
+    start = curve.start
+    capacity = sizes(curve.rate(max(start - 1e-6, 0.0)), prediction, utilization).prefill * prediction.prefill_rps
+    dt = min(1e-3, model_load / 1000)
+    backlog = missed = 0.0
+    for k in range(int(model_load / dt)):
+        t = start + k * dt
+        arriving = curve.rate(t)
+        # Served at the earlier of the queue's drain (FIFO, at the old servers' rate) and the new servers' start.
+        if min(backlog / capacity, start + model_load - t) > ttft_seconds:
+            missed += arriving * dt
+        backlog = max(backlog + (arriving - capacity) * dt, 0.0)
+    total = mean_rate(curve, 20_000) * curve.duration
+    return 1.0 - missed / total if total > 0 else 1.0
 
 
 def step_integral(samples: Sequence[tuple[float, float]], start: float, end: float) -> float:
@@ -948,6 +998,7 @@ def figures(
     """One arm's figures (see the module docstring); times in emulated seconds from the start of the load."""
     bench = arm.profile.bench
     sla = Sla(ttft_ms=bench.ttft_ms, itl_ms=bench.itl_ms)
+    gpus = Ratio(gpus_per_pod(arm.obj, "prefill"), gpus_per_pod(arm.obj, "decode"))
     whole = summary(report, sla)
     horizon = s.day_seconds
     scale = s.time_scale
@@ -996,14 +1047,13 @@ def figures(
             round(max((r for _, r in ratio), default=0), 3),
         ],
         "prediction": dataclasses.asdict(prediction),
-        "ideal_share": round(
-            ideal_share(
-                curve,
-                prediction,
-                s.utilization,
-                Ratio(gpus_per_pod(arm.obj, "prefill"), gpus_per_pod(arm.obj, "decode")),
-            ),
-            3,
+        "ideal_share": round(ideal_share(curve, prediction, s.utilization, gpus), 3),
+        # The bounds the day's time constants set on any autoscaler (see `ideal_share` and `reactive_ceiling`).
+        "stabilized_share": round(
+            ideal_share(curve, prediction, s.utilization, gpus, stabilization=s.stabilization), 3
+        ),
+        "reactive_ceiling": round(
+            reactive_ceiling(curve, prediction, s.utilization, s.model_load, bench.ttft_ms / 1000), 4
         ),
         "time_scale": scale,
         "accept_drop_emulated_s": None if drop_wall is None else round((drop_wall - start_wall) / scale, 1),
@@ -1063,6 +1113,21 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             "utilization, no model load, no accept-length drop) would hold "
             + ", ".join(f"{share:.2f} ({profile})" for profile, share in sorted(ideal.items()))
             + " of static-peak's GPU-seconds: no autoscaler at that utilization can use less."
+        )
+    bounds = [r for r in rows if r.get("stabilized_share") is not None and r.get("reactive_ceiling") is not None]
+    if bounds:
+        first = {r["profile"]: r for r in bounds}
+        lines.append("")
+        lines.append(
+            "What the day's time constants allow any autoscaler (the same model, before any accept-length drop): "
+            + "; ".join(
+                f"{profile}: at least {r['stabilized_share']:.2f} of static-peak's GPU-seconds with this scale-down "
+                f"stabilization (the ideal tracker shrinking only to the most it needed within the window), at most "
+                f"{r['reactive_ceiling']:.1%} attainment without capacity held ahead of the burst (its servers asked "
+                "at its first instant, up a model load later, prefill's queue of the trough-sized pool meanwhile)"
+                for profile, r in sorted(first.items())
+            )
+            + "."
         )
     return "\n".join(lines)
 

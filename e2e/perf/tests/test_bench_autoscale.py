@@ -15,6 +15,7 @@ from disaggspec.api import parse_service
 from disaggspec.validation import validate
 from e2e.perf.bench_autoscale import (
     PROFILES_BY_NAME,
+    Burst,
     ClusterSampler,
     Settings,
     attainment,
@@ -27,6 +28,7 @@ from e2e.perf.bench_autoscale import (
     header,
     highest_rate,
     ideal_share,
+    reactive_ceiling,
     saved_header,
     scaling_events,
     servers_for,
@@ -105,6 +107,43 @@ def test_the_ideal_tracker_holds_what_the_rate_needs_at_each_instant() -> None:
     day = day_curve(30.0, 240.0, 6.0, 3.0, 6.0, 24.0)
     share = ideal_share(day, Prediction(7.0, 60.0, 7.0, "prefill", {}), 0.9, Ratio(1, 1))
     assert 0.3 < share < 1.0
+
+
+def test_a_stabilization_window_holds_the_ideal_tracker_at_the_most_it_needed_within_it() -> None:
+    # 10 req/s then 40 then 10 (30 s each); one server per 10 req/s: the tracker holds 1, 4, 1 prefill servers and
+    # 1 decode (40/s each). With a 15 s window the 4 servers stay 15 s into the last third: 15 x 3 GPU-s more.
+    prediction = Prediction(prefill_rps=10.0, decode_rps=40.0, system_rps=10.0, bound="prefill", servers={})
+    curve = Steps(((30.0, 10.0), (30.0, 40.0), (30.0, 10.0)))
+    static = (4 + 1) * 90
+    ideal = (1 + 1) * 60 + (4 + 1) * 30
+    assert ideal_share(curve, prediction, 1.0, Ratio(1, 1), samples=900) == pytest.approx(ideal / static)
+    held = ideal_share(curve, prediction, 1.0, Ratio(1, 1), samples=900, stabilization=15.0)
+    assert held == pytest.approx((ideal + 15 * 3) / static, abs=0.01)
+    # A window longer than the day holds the peak from when it is first needed: static-peak from then on.
+    assert ideal_share(curve, prediction, 1.0, Ratio(1, 1), samples=900, stabilization=1000.0) == pytest.approx(
+        (2 * 30 + 5 * 60) / static
+    )
+    # On the compressed day a longer window never holds less.
+    day = day_curve(30.0, 240.0, 6.0, 3.0, 6.0, 24.0)
+    model = Prediction(6.5, 12.2, 6.5, "prefill", {})
+    shares = [ideal_share(day, model, 0.9, Ratio(8, 8), stabilization=w) for w in (0.0, 10.0, 30.0)]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+
+
+def test_the_reactive_ceiling_counts_who_waits_past_the_ttft_before_the_burst_s_servers_are_up() -> None:
+    # 10 req/s, then a burst to 30 req/s for 20 s at 50 s; one prefill server serves 10 req/s: at the burst the
+    # trough-sized pool (1 server) falls behind by 20 req/s. A request arriving t s into the burst waits 2t s (a
+    # backlog of 20t at 10/s) or until the new servers are up, whichever is sooner: with a 10 s load and a 2 s TTFT
+    # those arriving between 1 s and 8 s miss: 7 s x 30 req/s of the day's 100 x 10 + 20 x 20 = 1,400 arrivals.
+    prediction = Prediction(prefill_rps=10.0, decode_rps=100.0, system_rps=10.0, bound="prefill", servers={})
+    burst = Burst(Steps(((100.0, 10.0),)), 50.0, 20.0, 3.0)
+    assert reactive_ceiling(burst, prediction, 1.0, 10.0, 2.0) == pytest.approx(1 - 7 * 30 / 1400, abs=1e-3)
+    # No load time, or no burst: nothing is missed; a longer load misses more.
+    assert reactive_ceiling(burst, prediction, 1.0, 0.0, 2.0) == 1.0
+    assert reactive_ceiling(Burst(burst.base, 50.0, 0.0, 3.0), prediction, 1.0, 10.0, 2.0) == 1.0
+    assert reactive_ceiling(burst, prediction, 1.0, 15.0, 2.0) < reactive_ceiling(burst, prediction, 1.0, 10.0, 2.0)
+    # A pool sized with headroom at the trough (utilization 0.5: 2 servers, 20 req/s) falls behind by 10 req/s only.
+    assert reactive_ceiling(burst, prediction, 0.5, 10.0, 2.0) == pytest.approx(1 - 4 * 30 / 1400, abs=1e-3)
 
 
 def test_gpu_seconds_integrate_a_step_function() -> None:
