@@ -14,8 +14,9 @@ decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `h
 second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
-ahead: now is the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and ahead is
-where the trend line of those points leads, its slope less two standard errors (never below now, `signals.demand`);
+ahead: now is the mean of the last `recent_seconds`, or of the last rounds within `surge_seconds` when they stand
+above the line of the rounds before them as a step up (`signals.surge`), and ahead is where the trend line of those
+points leads (a step read from fewer than three rounds: its level), its slope less two standard errors (never below now, `signals.demand`);
 scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
 that long, never during a rollout, and removes at most half a pool per decision; what it remembers of a recommendation
 is the servers for the arrivals alone (`Proposal.steady`), so servers asked to clear a queue, or for prefill's

@@ -204,26 +204,83 @@ class Demand:
     """The trend (per second)."""
 
 
+SURGE_ERRORS = 3.0
+"""Standard errors by which the last rounds' mean must stand above the rounds before them to be read as a step up.
+The larger of two noisy means is biased up: reading the last 20 s whenever their mean was higher sized a steady load
+for its upper noise (at 5 s rounds a Poisson round of 35 requests/s holds about 22 requests: 21% noise). Three, as
+each of the last rounds is tried as the step's start (a 3x burst stands many more above the rounds before it)."""
+
+
+def scatter(points: Sequence[Point]) -> float:
+    """The points' standard deviation about their least-squares line (n - 2 degrees of freedom; 0 with fewer than
+    three points): a rate's noise round to round, its trend taken out."""
+    if len(points) < 3:
+        return 0.0
+    fitted, _ = trend(points)
+    mt = sum(t for t, _ in points) / len(points)
+    mv = mean(points)
+    residuals = sum((v - mv - fitted * (t - mt)) ** 2 for t, v in points)
+    return math.sqrt(residuals / (len(points) - 2))
+
+
+def surge(points: Sequence[Point], recent_seconds: float, surge_seconds: float) -> list[Point] | None:
+    """The last rounds that stand above the trend of the recent ones before them as a step up, None without one.
+    Each tail of the last k rounds within `surge_seconds` is compared with where the line through the recent rounds
+    before the surge window (the base) puts it, in standard errors of that difference (the base's `scatter` about its
+    line; Draper and Smith, Applied Regression Analysis, 1.4, for the error of a line's prediction of a mean of k new
+    points): after a step k rounds ago the tail of those k rounds stands most errors above (a shorter tail is
+    noisier, a longer one mixes in rounds from before the step), and it is taken when that is at least
+    `SURGE_ERRORS`. A ramp is no step: its last rounds lie on the base's line, and the forecast carries it. With fewer
+    than three base rounds the noise is unknown: the whole surge window is taken when its mean is above the recent
+    window's."""
+    if not points or surge_seconds <= 0:
+        return None
+    end = points[-1][0]
+    latest, last = recent(points, end, recent_seconds), recent(points, end, surge_seconds)
+    base = [p for p in latest if p[0] < last[0][0]]
+    if len(base) < 3:
+        return list(last) if mean(last) > mean(latest) else None
+    fitted, _ = trend(base)
+    centre = sum(t for t, _ in base) / len(base)
+    spread = sum((t - centre) ** 2 for t, _ in base)
+    noise = scatter(base)
+
+    def excess(tail: Sequence[Point]) -> float:
+        """The tail's excess over the base's line in units of the noise of that difference (the noise itself left
+        out: it is the same for every tail)."""
+        at = sum(t for t, _ in tail) / len(tail)
+        expected = mean(base) + fitted * (at - centre)
+        error = math.sqrt(1 / len(tail) + 1 / len(base) + ((at - centre) ** 2 / spread if spread > 0 else 0.0))
+        return (mean(tail) - expected) / error
+
+    best = max((list(last[-k:]) for k in range(1, len(last) + 1)), key=excess)
+    # A clean line (no noise) still leaves rounding in the excess: a step must stand out of that too.
+    floor = max(SURGE_ERRORS * noise, 1e-9 * abs(mean(base)))
+    return best if excess(best) > floor else None
+
+
 def demand(
     points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
 ) -> Demand:
-    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
-    trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
+    """The mean of the recent points (or of the last rounds that stand above them as a step up, `surge`), and where
+    the trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
     span), its slope less `FORECAST_ERRORS` standard errors: never below the mean (scale-up looks ahead, it never
     scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not
     extrapolated into a surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
-    latest = recent(points, points[-1][0], recent_seconds)
-    if surge_seconds > 0:
-        last = recent(points, points[-1][0], surge_seconds)
-        latest = max(latest, last, key=mean)
+    stepped = surge(points, recent_seconds, surge_seconds)
+    latest = stepped or recent(points, points[-1][0], recent_seconds)
     current = max(mean(latest), 0.0)
     # The trend of the points the level is the mean of (the whole window's when they are too few for a line): after a
     # step up the level is the step's, and the window's slope is the step itself, not a ramp, so extrapolating that
     # slope counted the step twice, up to the cap. Less `FORECAST_ERRORS` standard errors: a slope the window's noise
     # could make is not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10
     # servers where 6 served the load).
+    if stepped is not None and len(stepped) < 3 and len(points) - len(stepped) >= 3:
+        # The step's own rounds are too few for a line, and the window's line through the step is the step: a step
+        # is not a ramp, its level is the demand.
+        return Demand(current, current, slope(points))
     basis = latest if len(latest) >= 3 else points
     fitted, error = trend(basis)
     centre = sum(t for t, _ in basis) / len(basis)

@@ -535,18 +535,18 @@ def test_the_lead_forecast_scales_up_earlier_on_a_rising_trend() -> None:
 
     window = ServiceWindow(prefill_pool(now, 2, rising), decode_pool(now, 2, 100.0), rolling_out=False)
     plain, _ = decide(settings(), LEARNED, window, now)
-    ahead, _ = decide(settings(lead_seconds=120.0), LEARNED, window, now)
-    # Demand now: the mean of the rates of the last 20 s (surge_seconds: the newest two 15 s intervals, 7,550 and
-    # 7,850), which is above the last 60 s' (7,250); it lags the trend (20 tokens/s per second) by 15 s: the trend
-    # at now is 8,000 either way.
-    assert plain.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7700.0)
+    ahead, _ = decide(settings(lead_seconds=120.0, recent_seconds=120.0), LEARNED, window, now)
+    # Demand now: the mean of the last 60 s' rates (7,250): a ramp is no step (the newest rounds lie on the line
+    # of the rounds before them), so the last 20 s are not read as a surge; the trend line carries the minute's
+    # mean to now: 8,000.
+    assert plain.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7250.0)
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
-    assert minute.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(7250.0)
-    assert minute.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0)
+    assert minute.prefill.inputs == plain.prefill.inputs
     assert plain.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0)
-    assert ahead.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(8000.0 + 20 * 120)
-    assert (plain.prefill.desired, ahead.prefill.desired) == (3, 4)  # 8,000 and 10,400 over 3,000
-    assert "(forecast 10,400 in 120 s)" in ahead.prefill.reason
+    # With a 120 s lead over the last 120 s' rates (6,650, centred 67.5 s ago): as far ahead as they span, 120 s.
+    assert ahead.prefill.inputs["forecast_prompt_tokens_per_second"] == pytest.approx(6650.0 + 20 * 120)
+    assert (plain.prefill.desired, ahead.prefill.desired) == (3, 4)  # 8,000 and 9,050 over 3,000
+    assert "(forecast 9,050 in 120 s)" in ahead.prefill.reason
     # A falling trend is not forecast: scale-up never looks for a fall.
     falling = ServiceWindow(prefill_pool(now, 2, lambda t: rising(2 * now - WINDOW - t)), window.decode, False)
     down, _ = decide(settings(lead_seconds=120.0), LEARNED, falling, now)
@@ -564,6 +564,9 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     window = ServiceWindow(prefill_pool(now, 2, step), decode_pool(now, 2, 100.0), rolling_out=False)
     surge, _ = decide(settings(), LEARNED, window, now)
     minute, _ = decide(settings(surge_seconds=0.0), LEARNED, window, now)
+    # The last round (15 s, all after the step) stands furthest above the flat rounds before the surge window; the
+    # one before it straddles the step: the step's level is read from the last round alone.
+    assert surge.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(12000.0)
     assert surge.prefill.inputs["prompt_tokens_per_second"] > 1.4 * minute.prefill.inputs["prompt_tokens_per_second"]
     # The minute's own trend line reaches less than the last 20 s' level even at now.
     assert minute.prefill.inputs["forecast_prompt_tokens_per_second"] < surge.prefill.inputs["prompt_tokens_per_second"]
@@ -575,7 +578,6 @@ def test_a_step_up_shows_in_the_last_rounds_before_the_minutes_mean() -> None:
     demand = ahead.prefill.inputs
     assert further.prefill.inputs["forecast_prompt_tokens_per_second"] == demand["forecast_prompt_tokens_per_second"]
     assert demand["forecast_prompt_tokens_per_second"] == pytest.approx(demand["prompt_tokens_per_second"])
-    assert ahead.prefill.desired == surge.prefill.desired
 
 
 def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
@@ -607,9 +609,9 @@ def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
     assert inputs["forecast_requests"] == pytest.approx(
         inputs["handover_requests_per_second"] * inputs["decode_seconds"]
     )
-    # The surge's last 20 s read 10,000 tokens/s (the 15 s scrapes straddle the step): about 10 requests/s x 49 s
-    # over 150 per server x 0.9, twice the servers decode's own 200 requests ask for.
-    assert surge.decode.desired == math.ceil(inputs["forecast_requests"] / 135 - 1e-9) == 4
+    # The last round reads the step's 15,000 tokens/s (`signals.surge`): 15 requests/s x 49 s over 150 per server
+    # x 0.9, three times the servers decode's own 200 requests ask for.
+    assert surge.decode.desired == math.ceil(inputs["forecast_requests"] / 135 - 1e-9) == 6
     assert "once prefill hands over" in surge.decode.reason
     consistent = ServiceWindow(prefill_pool(now, 2, 2500.0), decode_pool(now, 2, 100.0, requests=2.5), False)
     steady_decision, _ = decide(settings(), LEARNED, consistent, now)
@@ -634,17 +636,19 @@ def test_decode_is_sized_for_what_prefill_is_about_to_hand_over() -> None:
 
 
 def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() -> None:
-    # A rate rising 10 per second over 60 s (0 -> 600): now is the mean of the last 20 s (40..60 s: 500, centred 50 s).
+    # A rate rising 1 per second over 60 s (300 -> 360): a ramp, not a step (its last 20 s lie on the line of the
+    # rounds before them), so now is the minute's mean (330, centred at 30 s) and the forecast follows the line.
+    gentle = [(float(t), 300.0 + t) for t in range(0, 61, 5)]
+    near = signals.demand(gentle, 60.0, 60.0, 10.0, surge_seconds=20.0)
+    assert near.now == pytest.approx(330.0)
+    assert near.forecast == pytest.approx(330.0 + 1.0 * (70.0 - 30.0))  # to now + lead from the points' centre
+    # A lead beyond the window: extrapolated only as far as the points it was fitted on span (60 s).
+    far = signals.demand(gentle, 60.0, 60.0, 600.0, surge_seconds=20.0)
+    assert far.forecast == pytest.approx(330.0 + 1.0 * 60.0)
+    assert far.forecast < 330.0 + 1.0 * (660.0 - 30.0)
+    # A steep rise (10 per second, 0 -> 600): the line over its 60 s span, capped at 1.5 x now.
     rising = [(float(t), 10.0 * t) for t in range(0, 61, 5)]
-    near = signals.demand(rising, 60.0, 60.0, 10.0, surge_seconds=20.0)
-    assert near.now == pytest.approx(500.0)
-    assert near.forecast == pytest.approx(500.0 + 10.0 * (70.0 - 50.0))  # to now + lead from the points' centre
-    # A lead beyond the window: extrapolated only as far as the points it was fitted on span (the last 20 s).
-    far = signals.demand(rising, 60.0, 60.0, 600.0, surge_seconds=20.0)
-    assert far.forecast == pytest.approx(500.0 + 10.0 * 20.0)
-    assert far.forecast < 500.0 + 10.0 * (660.0 - 50.0)
-    # A steep rise over the minute alone (no surge window): the line over its 60 s span, capped at 1.5 x now.
-    minute = signals.demand(rising, 60.0, 60.0, 600.0)
+    minute = signals.demand(rising, 60.0, 60.0, 600.0, surge_seconds=20.0)
     assert minute.now == pytest.approx(300.0)
     assert minute.forecast == pytest.approx(signals.FORECAST_GROWTH * 300.0)
     assert minute.forecast < 300.0 + 10.0 * 60.0
@@ -653,6 +657,25 @@ def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() ->
     assert signals.demand(sparse, 60.0, 60.0, 10.0, surge_seconds=20.0).forecast == pytest.approx(
         min(300.0 + 10.0 * 40.0, signals.FORECAST_GROWTH * 500.0)
     )
+
+
+def test_only_a_step_that_stands_out_of_the_noise_is_read_as_a_surge() -> None:
+    # 5 s rounds around a flat 100 with +-20 noise; the last two rounds happen to be high (120, 120). Reading the
+    # last 20 s whenever their mean was higher sized for that noise (108 here); they are within three errors of the
+    # rounds before, so now is the minute's mean.
+    noise = [20.0, -20.0, 10.0, -10.0, 20.0, -20.0, 0.0, 10.0, -10.0, 20.0, 20.0]
+    flat = [(5.0 * k, 100.0 + v) for k, v in enumerate(noise)]
+    assert signals.surge(flat, 60.0, 20.0) is None
+    assert signals.demand(flat, 50.0, 60.0, 0.0, surge_seconds=20.0).now == pytest.approx(100.0 + sum(noise) / 11)
+    # A 3x step in the last round stands out: its level is read from that round alone, and a step is no ramp: the
+    # forecast is that level, however far the lead.
+    stepped = [*flat[:-1], (50.0, 300.0)]
+    assert signals.surge(stepped, 60.0, 20.0) == [(50.0, 300.0)]
+    step = signals.demand(stepped, 50.0, 60.0, 600.0, surge_seconds=20.0)
+    assert step.now == step.forecast == 300.0
+    # Two rounds into the step, both are read.
+    two = [*flat[1:-2], (50.0, 300.0), (55.0, 310.0)]
+    assert signals.surge(two, 60.0, 20.0) == [(50.0, 300.0), (55.0, 310.0)]
 
 
 def test_a_trend_within_the_windows_noise_is_not_forecast() -> None:
