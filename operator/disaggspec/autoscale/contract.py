@@ -47,9 +47,9 @@ class PlannerSettings:
     recent_seconds: float = 60.0
     """Demand now is the mean of this much of the window (the trend is fitted over all of it)..."""
     surge_seconds: float = 20.0
-    """...or the mean of the last rounds within this much, when they stand out of the noise above the line of the
-    rounds before them (`signals.surge`): a step up in load shows in the last rounds before it moves the minute's
-    mean (scale-up only; scale-down keeps the highest recommendation of its stabilization window anyway)."""
+    """...or the mean of the last rounds, when they stand out of the noise above the line of the recent rounds before
+    them (`signals.surge`; 0 turns that off): a step up in load shows in the last rounds before it moves the minute's
+    mean. With fewer than four recent rounds (the noise unknown), the mean of this much when it is higher."""
     queue_threshold: float = 2.0
     """Waiting requests per server that, held at every scrape for `persist_seconds`, mean a saturated pool."""
     persist_seconds: float = 30.0

@@ -14,14 +14,14 @@ decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `h
 second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
-ahead: now is the mean of the last `recent_seconds`, or of the last rounds within `surge_seconds` when they stand
-above the line of the rounds before them as a step up (`signals.surge`), and ahead is where the trend line of those
-points leads (a step read from fewer than three rounds: its level), its slope less two standard errors (never below now, `signals.demand`);
-scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
-that long, never during a rollout, and removes at most half a pool per decision; what it remembers of a recommendation
-is the servers for the arrivals alone (`Proposal.steady`), so servers asked to clear a queue, or for prefill's
-handover, go once it is cleared. Before a prefill rate is learned it
-is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
+ahead: now is the mean of the last `recent_seconds`, or of the last rounds when they stand out of the noise above the
+line of the rounds before them as a step up (`signals.surge`), and ahead is where the trend line of those points
+leads (a step read from fewer than three rounds: its level), its slope less two standard errors (never below now,
+`signals.demand`); scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the
+planner has watched that long, never during a rollout, and removes at most half a pool per decision; what it
+remembers of a recommendation is the servers for the arrivals alone (`Proposal.steady`), so servers asked to clear a
+queue, or for prefill's handover, go once it is cleared. Before a prefill rate is learned it is inferred from the
+queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
 Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers
 (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum;
 otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once all its servers are

@@ -204,59 +204,65 @@ class Demand:
     """The trend (per second)."""
 
 
-SURGE_ERRORS = 3.0
-"""Standard errors by which the last rounds' mean must stand above the rounds before them to be read as a step up.
-The larger of two noisy means is biased up: reading the last 20 s whenever their mean was higher sized a steady load
-for its upper noise (at 5 s rounds a Poisson round of 35 requests/s holds about 22 requests: 21% noise). Three, as
-each of the last rounds is tried as the step's start (a 3x burst stands many more above the rounds before it)."""
+SURGE_ERRORS = 4.0
+"""Standard errors by which the last rounds must stand above the line of the rounds before them to be read as a step
+up. The larger of two noisy means is biased up: reading the last 20 s whenever their mean was higher sized a steady
+load for its upper noise. Four, as every tail is tried and the noise is itself estimated: on Poisson rounds of 6
+requests (5 s at 1.25/s, 200 seeded windows of a steady load) three errors read 8% of windows as a step, four 3%,
+and the demand now was biased up by 0.4% (the old reading: 4.8%); a 3.5x step was read from its first or second
+full round either way (the old reading took four)."""
 
 
-def scatter(points: Sequence[Point]) -> float:
-    """The points' standard deviation about their least-squares line (n - 2 degrees of freedom; 0 with fewer than
-    three points): a rate's noise round to round, its trend taken out."""
-    if len(points) < 3:
+def jitter(points: Sequence[Point]) -> float:
+    """A rate's noise round to round, robust to a step and a trend: the median of the successive differences'
+    magnitudes over 0.6745 x sqrt 2 (for independent normal rounds of deviation s a difference has deviation s x
+    sqrt 2, and its magnitude's median is 0.6745 of that). One step is one large difference among many, which the
+    median passes over; a line's difference is constant and nearly cancels. 0 with fewer than two points."""
+    gaps = sorted(abs(b - a) for (_, a), (_, b) in itertools.pairwise(points))
+    if not gaps:
         return 0.0
-    fitted, _ = trend(points)
-    mt = sum(t for t, _ in points) / len(points)
-    mv = mean(points)
-    residuals = sum((v - mv - fitted * (t - mt)) ** 2 for t, v in points)
-    return math.sqrt(residuals / (len(points) - 2))
+    middle = len(gaps) // 2
+    median = gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
+    return median / (0.6745 * math.sqrt(2))
 
 
 def surge(points: Sequence[Point], recent_seconds: float, surge_seconds: float) -> list[Point] | None:
-    """The last rounds that stand above the trend of the recent ones before them as a step up, None without one.
-    Each tail of the last k rounds within `surge_seconds` is compared with where the line through the recent rounds
-    before the surge window (the base) puts it, in standard errors of that difference (the base's `scatter` about its
-    line; Draper and Smith, Applied Regression Analysis, 1.4, for the error of a line's prediction of a mean of k new
-    points): after a step k rounds ago the tail of those k rounds stands most errors above (a shorter tail is
-    noisier, a longer one mixes in rounds from before the step), and it is taken when that is at least
-    `SURGE_ERRORS`. A ramp is no step: its last rounds lie on the base's line, and the forecast carries it. With fewer
-    than three base rounds the noise is unknown: the whole surge window is taken when its mean is above the recent
-    window's."""
+    """The last rounds that stand above the trend of the recent rounds before them as a step up, None without one.
+    Each tail of the last k recent rounds (at least three left before it: the base) is compared with where the line
+    through its base puts it, in standard errors of that difference (the recent rounds' `jitter` times the standard
+    error factor of a least-squares line's prediction of the mean of k new points). After a
+    step k rounds ago the tail of those k rounds stands most errors above: a shorter one leaves step rounds in its
+    base, a longer one mixes rounds from before the step into itself. It is taken when that is at least
+    `SURGE_ERRORS`. A ramp is no step: its last rounds lie on the base's line, and the forecast carries it. With
+    fewer than four recent rounds the noise is unknown: the last `surge_seconds` are taken when their mean is above
+    the recent window's. `surge_seconds` <= 0: no surge is looked for."""
     if not points or surge_seconds <= 0:
         return None
     end = points[-1][0]
-    latest, last = recent(points, end, recent_seconds), recent(points, end, surge_seconds)
-    base = [p for p in latest if p[0] < last[0][0]]
-    if len(base) < 3:
+    latest = recent(points, end, recent_seconds)
+    if len(latest) < 4:
+        last = recent(points, end, surge_seconds)
         return list(last) if mean(last) > mean(latest) else None
-    fitted, _ = trend(base)
-    centre = sum(t for t, _ in base) / len(base)
-    spread = sum((t - centre) ** 2 for t, _ in base)
-    noise = scatter(base)
 
-    def excess(tail: Sequence[Point]) -> float:
-        """The tail's excess over the base's line in units of the noise of that difference (the noise itself left
-        out: it is the same for every tail)."""
+    # A clean line still leaves rounding in the excess: a step must stand out of that too.
+    noise = max(jitter(latest), 1e-9 * abs(mean(latest)))
+
+    def standing(k: int) -> float:
+        """How many standard errors the tail of k rounds stands above its base's line."""
+        tail, base = latest[-k:], latest[:-k]
+        fitted, error = trend(base)
+        centre = sum(t for t, _ in base) / len(base)
+        spread = sum((t - centre) ** 2 for t, _ in base)
         at = sum(t for t, _ in tail) / len(tail)
-        expected = mean(base) + fitted * (at - centre)
-        error = math.sqrt(1 / len(tail) + 1 / len(base) + ((at - centre) ** 2 / spread if spread > 0 else 0.0))
-        return (mean(tail) - expected) / error
+        factor = 1 / len(tail) + 1 / len(base)
+        if abs(fitted) > FORECAST_ERRORS * error and spread > 0:
+            factor += (at - centre) ** 2 / spread  # a trend the base's noise cannot make: the tail is held to it
+        else:
+            fitted = 0.0  # no trend to hold it to: its level (a noisy slope carried far only widens the error)
+        return (mean(tail) - mean(base) - fitted * (at - centre)) / math.sqrt(factor) / noise if noise > 0 else 0.0
 
-    best = max((list(last[-k:]) for k in range(1, len(last) + 1)), key=excess)
-    # A clean line (no noise) still leaves rounding in the excess: a step must stand out of that too.
-    floor = max(SURGE_ERRORS * noise, 1e-9 * abs(mean(base)))
-    return best if excess(best) > floor else None
+    k = max(range(1, len(latest) - 2), key=standing)
+    return list(latest[-k:]) if standing(k) >= SURGE_ERRORS else None
 
 
 def demand(

@@ -652,11 +652,12 @@ def test_the_forecast_extrapolates_within_the_window_and_at_most_half_again() ->
     assert minute.now == pytest.approx(300.0)
     assert minute.forecast == pytest.approx(signals.FORECAST_GROWTH * 300.0)
     assert minute.forecast < 300.0 + 10.0 * 60.0
-    # Too few recent points for a line (two): the whole window's line, from its centre (30 s, 300).
+    # Too few recent points for a line (two in the last 30 s, 500 now): the whole window's line, from its centre
+    # (30 s, 300).
     sparse = [(0.0, 0.0), (20.0, 200.0), (40.0, 400.0), (60.0, 600.0)]
-    assert signals.demand(sparse, 60.0, 60.0, 10.0, surge_seconds=20.0).forecast == pytest.approx(
-        min(300.0 + 10.0 * 40.0, signals.FORECAST_GROWTH * 500.0)
-    )
+    few = signals.demand(sparse, 60.0, 30.0, 10.0, surge_seconds=20.0)
+    assert few.now == pytest.approx(500.0)
+    assert few.forecast == pytest.approx(min(300.0 + 10.0 * 40.0, signals.FORECAST_GROWTH * 500.0))
 
 
 def test_only_a_step_that_stands_out_of_the_noise_is_read_as_a_surge() -> None:
