@@ -112,8 +112,9 @@ class PlannerState:
     """Since when the planner has watched without a gap: scale-down needs `stabilization_seconds` of it."""
     learned_until: float | None = None
     """The latest scrape time learned from (windows overlap: nothing is learned twice)."""
-    history: tuple[tuple[float, int, int], ...] = ()
-    """(time, prefill, decode) recommendations within the stabilization window."""
+    history: tuple[tuple[float, int, int, int, int], ...] = ()
+    """(time, prefill, decode, prefill for the arrivals alone, decode for the arrivals alone) recommendations within
+    the stabilization window (`pools.Proposal.steady`)."""
 
     def to_wire(self) -> dict[str, Any]:
         """A small JSON-able dict (for the service's status)."""
@@ -134,7 +135,7 @@ class PlannerState:
         if self.step_samples:
             wire["decodeSteps"] = [[_short(n), _short(t)] for n, t in self.step_samples]
         if self.history:
-            wire["history"] = [[_short(t), p, d] for t, p, d in self.history]
+            wire["history"] = [[_short(t), *sizes] for t, *sizes in self.history]
         return wire
 
     @classmethod
@@ -170,7 +171,9 @@ class PlannerState:
             clock=number("clock"),
             watching_since=number("watchingSince"),
             learned_until=number("learnedUntil"),
-            history=tuple((float(t), int(p), int(d)) for t, p, d in rows("history", 3)),
+            history=tuple((float(t), int(p), int(d), int(sp), int(sd)) for t, p, d, sp, sd in rows("history", 5))
+            # Written before the arrivals' part was kept: the whole recommendation is what held.
+            or tuple((float(t), int(p), int(d), int(p), int(d)) for t, p, d in rows("history", 3)),
         )
 
 

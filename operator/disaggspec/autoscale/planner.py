@@ -19,9 +19,10 @@ line of the rounds before them as a step up (`signals.surge`), and ahead is wher
 leads (a step read from fewer than three rounds: its level), its slope less two standard errors (never below now,
 `signals.demand`); scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the
 planner has watched that long, never during a rollout, and removes at most half a pool per decision; what it
-remembers of a recommendation is the servers for the arrivals alone (`Proposal.steady`), so servers asked to clear a
-queue, or for prefill's handover, go once it is cleared. Before a prefill rate is learned it is inferred from the
-queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
+holds the whole recommendation while the pool's queue lasts and, once it is cleared (`pools.cleared`), the servers
+for the arrivals alone (`Proposal.steady`): servers asked only to clear a queue go with it. Before a prefill rate is
+learned it is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation,
+`pools._inferred_rate`).
 Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers
 (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum;
 otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once all its servers are
@@ -83,7 +84,7 @@ def _settle(
     stabilized = max([recommended, *earlier])
     if stabilized >= current:
         return current, (
-            f"scale-down to {recommended} waits: {stabilized} recommended for the arrivals within the last "
+            f"scale-down to {recommended} waits: {stabilized} recommended within the last "
             f"{settings.stabilization_seconds:.0f} s"
         )
     gentle = max(stabilized, math.ceil(current / 2))
@@ -139,12 +140,15 @@ def decide(
     horizon = now - settings.stabilization_seconds
     history = tuple(entry for entry in state.history if entry[0] >= horizon)
     watched = now - (state.watching_since if state.watching_since is not None else now)
+    # Once a pool's queue is cleared, the servers asked only to clear it are not held (`pools.Proposal.steady`).
+    p_column = 3 if pools.cleared(settings, window.prefill) else 1
+    d_column = 4 if pools.cleared(settings, window.decode) else 2
     p_settled = _settle(
         settings,
         settings.prefill,
         window.prefill.replicas,
         recommended[0],
-        [p for _, p, _ in history],
+        [int(entry[p_column]) for entry in history],
         watched,
         window.rolling_out,
     )
@@ -153,7 +157,7 @@ def decide(
         settings.decode,
         window.decode.replicas,
         recommended[1],
-        [d for _, _, d in history],
+        [int(entry[d_column]) for entry in history],
         watched,
         window.rolling_out,
     )
@@ -168,7 +172,8 @@ def decide(
         decisions.append(PoolDecision(role, pool.replicas, desired, reason, dict(proposal.inputs)))
     ends = [sig.span(pool.series) for pool in (window.prefill, window.decode)]
     seen = max((span[1] for span in ends if span is not None), default=state.learned_until)
-    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, sustained[0], sustained[1])))
+    entry = (now, recommended[0], recommended[1], sustained[0], sustained[1])
+    state = replace(state, clock=now, learned_until=seen, history=(*history, entry))
     ordered = sorted(decisions, key=lambda pool: pool.desired == pool.current)
     message = ". ".join(
         f"{pool.role} {pool.current} -> {pool.desired}: {pool.reason}"

@@ -22,9 +22,9 @@ class Proposal:
     reason: str
     inputs: dict[str, float] = field(default_factory=dict)
     steady: int | None = None
-    """What the pool needs for its arrivals alone, without the servers asked to clear a queue (None: `need`). Scale-down
-    stabilization remembers this: a backlog is finite, so once it is cleared the servers asked for it go without
-    waiting out the stabilization window, which guards against noise in the arrivals, not against a drained queue."""
+    """What the pool needs for its arrivals alone, without the servers asked to clear its queue (None: `need`). Once
+    that queue is cleared (`cleared`), scale-down stabilization holds only this: a backlog is finite, and the window
+    guards against noise in the arrivals, not against a drained queue."""
 
     @property
     def sustained(self) -> int:
@@ -335,9 +335,6 @@ def decode(
     per_server = min(holds)
     coming, coupling = _handed_over(settings, handover, _request_seconds(settings, fit, per_server, length, output))
     need = ceil(max(demand.forecast, coming) / (per_server * settings.decode_headroom))
-    # The handover's requests are prefill's surge on its way, not yet decode's own: once they arrive they are in
-    # decode's own count, which stabilization remembers.
-    steady = ceil(demand.forecast / (per_server * settings.decode_headroom))
     inputs |= {"forecast_requests": max(demand.forecast, coming), **coupling}
     if fit is not None:
         inputs |= {"step_base_seconds": fit.base, "step_per_request_seconds": fit.per_request}
@@ -359,7 +356,28 @@ def decode(
         f"{fmt(demand.now)} requests{ahead} over {pool.ready} servers at accept length {length:.2f}; one server "
         f"holds {per_server:.1f}{bound} at ITL {settings.itl_seconds * 1000:.0f} ms"
     )
-    return Proposal(need, text, inputs, steady), state
+    # Decode's handover sizing is no backlog of decode's own: what prefill passes on stays on decode for a request's
+    # whole time there, and the gate that turns it on flickers round to round (released at once, it asked for 6
+    # decode servers and took 2 back in the next round, five times in 4 s, after an accept-length drop on the
+    # capacity emulator, DeepSeek at da59e7f). Stabilization holds all of it.
+    return Proposal(need, text, inputs), state
+
+
+def cleared(settings: PlannerSettings, pool: PoolWindow) -> bool:
+    """The pool's requests not prefilled yet (waiting and bootstrap queues) stayed under `queue_threshold` per
+    server at every round of the last `persist_seconds`: a backlog the servers were asked for is gone, not a lull
+    between two noisy scrapes (after a burst on the capacity emulator the queue read 39, 10 and 38 in three rounds)."""
+    rounds = sig.rounds(pool.series)
+    if not rounds:
+        return True
+    pods = sig.gauge_points(pool.series, lambda _, __: 1.0)
+    pending = sig.gauge_points(pool.series, sig.unprefilled)
+    since = rounds[-1] - settings.persist_seconds
+    return all(
+        queued < settings.queue_threshold * max(servers, 1.0)
+        for (at, queued), (_, servers) in zip(pending, pods, strict=True)
+        if at >= since
+    )
 
 
 def queue_guard(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> Proposal:

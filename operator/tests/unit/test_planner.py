@@ -399,9 +399,10 @@ def test_scale_down_waits_for_the_stabilization_window_then_removes_at_most_half
 
 
 def test_servers_asked_to_clear_a_queue_go_once_it_is_cleared() -> None:
-    """Stabilization remembers the servers for the arrivals, not those asked to clear a queue: a backlog is finite,
-    and holding its servers for the whole window held a 3x burst's 12 prefill servers 30 s after its queue was gone
-    (6 served its arrivals; DeepSeek on the capacity emulator)."""
+    """Once its queue is cleared, stabilization holds the servers for the arrivals, not those asked to clear the
+    queue: a backlog is finite, and holding its servers for the whole window held a 3x burst's 12 prefill servers 30 s
+    after its queue was gone (6 served its arrivals; DeepSeek on the capacity emulator). While the queue lasts, the
+    whole recommendation holds: a queue that reads lower for a round is not gone."""
     plan = settings(prefill=PoolLimits(1, 20))
     _, state = run(plan, LEARNED, steady, 700.0, 21)  # watched 300 s at 2 servers
 
@@ -411,11 +412,17 @@ def test_servers_asked_to_clear_a_queue_go_once_it_is_cleared() -> None:
     burst = ServiceWindow(prefill_pool(1015.0, 2, 5000.0, queued=growing), decode_pool(1015.0, 2, 100.0), False)
     up, state = decide(plan, state, burst, 1015.0)
     # 12,000 tokens/s arriving and 606 requests to clear in 30 s: 11 servers; the arrivals alone ask for 4.
-    assert up.prefill.desired == 11 and state.history[-1][1] == 4
+    assert up.prefill.desired == 11 and state.history[-1][1:] == (11, 2, 4, 2)
 
     def cleared(now: float, servers: int, tokens: float = 12000.0) -> ServiceWindow:
         return ServiceWindow(prefill_pool(now, servers, tokens / servers), decode_pool(now, 2, 100.0), False)
 
+    # A round later the queue reads 40 (under 2 per server at 11 servers, but not for persist_seconds): held.
+    lull = ServiceWindow(prefill_pool(1030.0, 11, 12000.0 / 11, queued=lambda t: 40.0 / 11 if t >= 1020 else 0.0),
+                         decode_pool(1030.0, 2, 100.0), False)  # fmt: skip
+    held, _ = decide(plan, state, lull, 1030.0)
+    assert held.prefill.desired == 11
+    assert "scale-down to 6 waits: 11 recommended within the last 300 s" in held.prefill.reason
     half, state = decide(plan, state, cleared(1030.0, 11), 1030.0)
     assert half.prefill.desired == 6
     assert half.message.startswith("prefill 11 -> 6: 12,000 prompt tokens/s over 11 servers")
@@ -425,7 +432,7 @@ def test_servers_asked_to_clear_a_queue_go_once_it_is_cleared() -> None:
     # What the arrivals needed still holds a scale-down for the whole window: a lighter load keeps 4.
     lighter, _ = run(plan, state, lambda now: cleared(now, 4, 6000.0), 1060.0, 3)
     assert all(d.prefill.desired == 4 for d in lighter)
-    assert "scale-down to 2 waits: 4 recommended for the arrivals within the last 300 s" in lighter[-1].prefill.reason
+    assert "scale-down to 2 waits: 4 recommended within the last 300 s" in lighter[-1].prefill.reason
 
 
 def test_a_backlog_released_from_the_bootstrap_queues_is_not_read_as_arrivals() -> None:
@@ -473,7 +480,7 @@ def test_a_higher_recommendation_within_the_window_holds_the_scale_down() -> Non
     assert (spike.prefill.desired, spike.decode.desired) == (4, 4)  # 10,000 / 3,000 and 480 / 135: both need 4
     held, state = run(plan, state, low(False), 1165.0, 20)  # to 1450 s: the spike is within the last 300 s
     assert all((d.prefill.desired, d.decode.desired) == (4, 4) for d in held)
-    assert "scale-down to 1 waits: 4 recommended for the arrivals within the last 300 s" in held[-1].prefill.reason
+    assert "scale-down to 1 waits: 4 recommended within the last 300 s" in held[-1].prefill.reason
     after, _ = run(plan, state, low(False), 1465.0, 1)
     assert (after[0].prefill.desired, after[0].decode.desired) == (2, 2)
 

@@ -80,9 +80,9 @@ class PlannerSpec(SpecModel):
         default=300,
         ge=0,
         le=86400,
-        description="A pool shrinks only to the highest size the planner recommended for the arrivals over this "
-        "window, and never during a rollout. Servers asked only to clear a queue (or for what prefill is about to "
-        "hand decode) are not held by it: they go once that queue is cleared.",
+        description="A pool shrinks only to the highest size the planner recommended over this window, and never "
+        "during a rollout. Prefill servers asked only to clear a queue are not held by it once that queue has stayed "
+        "cleared for 30 s.",
     )
 
 
