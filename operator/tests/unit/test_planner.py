@@ -727,6 +727,9 @@ def test_the_state_round_trips_through_its_wire_form() -> None:
     assert PlannerState.from_wire(None) == PlannerState()
     broken = PlannerState.from_wire({"version": 1, "prefillTokensPerSecond": "x", "history": [[1, 2]], "kvRequests": 3})
     assert (broken.prefill_rate, broken.history, broken.kv_requests) == (None, (), 3.0)
+    # A status written before the arrivals' part was kept (three columns): the whole recommendation held, as then.
+    older = PlannerState.from_wire({"version": 1, "history": [[1000.5, 4, 3], [1015, 2, 2]]})
+    assert older.history == ((1000.5, 4, 3, 4, 3), (1015.0, 2, 2, 2, 2))
 
 
 def test_a_restart_or_failover_restarts_the_watch_but_keeps_what_was_learned() -> None:
