@@ -97,12 +97,15 @@ def prefill(
     prompts, requests = sum(i.grew("prompt_tokens") for i in grown), sum(i.grew("requests") for i in grown)
     mean_prompt = (prompts / requests if requests > 0 else state.mean_prompt) or 0.0
     queue = sig.gauge_points(series, sig.unprefilled)
+    unfinished = sig.gauge_points(series, sig.unfinished)
     served = sig.rate_points(series, "prompt_tokens")
-    # Arrivals = served + the growth of the requests not prefilled yet (converted to tokens with the mean prompt),
-    # wherever they wait: counting the waiting queue alone read a burst's backlog as arrivals when a decode scale-up
-    # released it from the bootstrap queues (measured on the capacity emulator, DeepSeek at 17dfedd: 49,690 prompt
-    # tokens/s served against about 31,000 arriving, forecast 72,427, prefill 12 -> 14 and decode 7 -> 8).
-    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(queue)]
+    # Arrivals = served + the growth of the requests not counted yet (converted to tokens with the mean prompt),
+    # wherever they wait: a full decode pool holds prefill's backlog in the bootstrap queue, and its prefilled
+    # requests in the inflight queue until their transfers end. Counting the waiting queue alone read that backlog as
+    # arrivals when a decode scale-up released it (measured on the capacity emulator, DeepSeek at 17dfedd: 49,690
+    # prompt tokens/s served against about 31,000 arriving, forecast 72,427, prefill 12 -> 14 and decode 7 -> 8;
+    # without the inflight queue, at b36c4ad: 67,452 read after an accept-length drop, prefill 9 -> 14).
+    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(unfinished)]
     arriving = [(t, s + g * mean_prompt) for (t, s), g in zip(served, growth, strict=True)]
     demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
     rate = _prefill_rate(settings, state, series, start, end)
@@ -124,6 +127,7 @@ def prefill(
         "served_requests_per_second": served_requests,
         "queued": queue[-1][1],
         "bootstrap_queued": sig.gauge_points(series, lambda sample, _: sample.pd_queued or 0.0)[-1][1],
+        "transferring": unfinished[-1][1] - queue[-1][1],
         "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
     }

@@ -132,6 +132,12 @@ def unprefilled(sample: PodSample, _: PodSample | None = None) -> float:
     return queued(sample) + (sample.pd_queued or 0.0)
 
 
+def unfinished(sample: PodSample, _: PodSample | None = None) -> float:
+    """A prefill server's requests that arrived but are not counted in its prompt tokens yet: not prefilled
+    (`unprefilled`), or prefilled and waiting for their KV transfer to end, when the request finishes there."""
+    return unprefilled(sample) + (sample.transferring or 0.0)
+
+
 def running(sample: PodSample, previous: PodSample | None) -> float:
     """The running batch, read as empty when the pod generated nothing since its previous scrape (a lagging gauge)."""
     if (

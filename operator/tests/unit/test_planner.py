@@ -52,6 +52,7 @@ def pod(
     accept: Value | None = None,
     usage: Value | None = None,
     pd: Value = 0.0,
+    transferring: Value = 0.0,
     throughput: bool = True,
     restart_at: float | None = None,
 ) -> list[tuple[float, PodSample]]:
@@ -78,6 +79,7 @@ def pod(
             queued=_at(queued, t),
             running=n,
             pd_queued=_at(pd, t),
+            transferring=_at(transferring, t),
             gen_throughput=rate if throughput else None,
             accept_length=_at(accept, t) if accept is not None else None,
             token_usage=_at(usage, t) if usage is not None else None,
@@ -147,7 +149,7 @@ def run(
 def test_each_release_s_load_signals_are_read(version: str, role: str) -> None:
     sample = parse((RECORDED / f"sglang-{version}-{role}.prom").read_text())
     assert sample.prompt_tokens == 36  # 0.5.23: the is_streaming series summed
-    assert (sample.running, sample.queued, sample.pd_queued) == (0, 0, 0)
+    assert (sample.running, sample.queued, sample.pd_queued, sample.transferring) == (0, 0, 0, 0)
     assert (sample.gen_throughput, sample.token_usage) == (0, 0)
 
 
@@ -174,6 +176,7 @@ def test_load_gauges_sum_dp_groups_skip_priority_breakdowns_and_take_the_fullest
     sample = parse(text)
     assert (sample.running, sample.queued, sample.pd_queued) == (12, 3, 10)
     assert (sample.gen_throughput, sample.token_usage, sample.prompt_tokens) == (150.5, 0.77, 42)
+    assert sample.transferring == 9  # read apart: prefilled requests whose prompt tokens are not counted yet
     assert parse("sglang:num_prefill_prealloc_queue_reqs 2\n").pd_queued == 2  # 0.5.2's name of the bootstrap queue
     assert parse("sglang:num_prefill_bootstrap_queue_reqs 3\n").pd_queued == 3  # 0.5.23's
     assert parse("sglang:num_requests_total 1\n").pd_queued is None
@@ -183,7 +186,7 @@ def test_every_load_signal_is_a_metric_of_its_release() -> None:
     from e2e.serving.emulator import facts
 
     kinds = {samples.PROMPT_TOKENS: "counter", samples.GEN_THROUGHPUT: "gauge", samples.TOKEN_USAGE: "gauge"}
-    kinds |= dict.fromkeys((samples.RUNNING, samples.QUEUED), "gauge")
+    kinds |= dict.fromkeys((samples.RUNNING, samples.QUEUED, samples.TRANSFERRING), "gauge")
     only = {"sglang:num_prefill_prealloc_queue_reqs": "0.5.2", "sglang:num_prefill_bootstrap_queue_reqs": "0.5.23"}
     for version in facts.VERSIONS:
         exported = {m.exposed: m.kind for m in facts.facts_for(version).metrics}
@@ -456,6 +459,23 @@ def test_a_backlog_released_from_the_bootstrap_queues_is_not_read_as_arrivals() 
     assert held.prefill.inputs["bootstrap_queued"] == 40.0
     assert held.prefill.desired == 4 == math.ceil((8000 + 40 * 1000 / 30) / 3000)
     assert "scale-down" not in held.prefill.reason and "+ a queue of 40 to clear in 30 s" in held.prefill.reason
+
+
+def test_prefilled_requests_released_by_their_transfers_are_not_read_as_arrivals() -> None:
+    """4 prefill servers count 3,000 prompt tokens/s each as finished while their inflight queues (prefilled requests
+    whose KV transfers a full decode pool held) fall by 1 request/s each: 2,000 tokens/s each arrive, and no prefill
+    work waits."""
+    now = 1000.0
+
+    def releasing(t: float) -> float:
+        return max(300.0 - (t - (now - WINDOW)), 0.0)
+
+    prefill = pool(4, [pod(now, prompt=3000.0, requests=3.0, transferring=lambda t: releasing(t) + 10.0)] * 4)
+    decision, _ = decide(settings(), LEARNED, ServiceWindow(prefill, decode_pool(now, 2, 100.0), False), now)
+    inputs = decision.prefill.inputs
+    assert inputs["prompt_tokens_per_second"] == pytest.approx(8000.0)
+    assert inputs["transferring"] == 40.0 and inputs["queued"] == 0.0  # prefilled already: nothing to clear
+    assert "scale-down to 3 waits for 300 s of lower recommendations" in decision.prefill.reason
 
 
 def test_scale_down_is_held_during_a_rollout_but_scale_up_is_not() -> None:
