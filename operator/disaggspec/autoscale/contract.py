@@ -47,9 +47,8 @@ class PlannerSettings:
     recent_seconds: float = 60.0
     """Demand now is the mean of this much of the window (the trend is fitted over all of it)..."""
     surge_seconds: float = 20.0
-    """...or the mean of the last rounds, when they stand out of the noise above the line of the recent rounds before
-    them (`signals.surge`; 0 turns that off): a step up in load shows in the last rounds before it moves the minute's
-    mean. With fewer than four recent rounds (the noise unknown), the mean of this much when it is higher."""
+    """...or the mean of this much, when higher: a step up in load shows in the last rounds before it moves the
+    minute's mean (scale-up only; scale-down keeps the highest recommendation of its stabilization window anyway)."""
     queue_threshold: float = 2.0
     """Waiting requests per server that, held at every scrape for `persist_seconds`, mean a saturated pool."""
     persist_seconds: float = 30.0
@@ -112,9 +111,8 @@ class PlannerState:
     """Since when the planner has watched without a gap: scale-down needs `stabilization_seconds` of it."""
     learned_until: float | None = None
     """The latest scrape time learned from (windows overlap: nothing is learned twice)."""
-    history: tuple[tuple[float, int, int, int, int], ...] = ()
-    """(time, prefill, decode, prefill for the arrivals alone, decode for the arrivals alone) recommendations within
-    the stabilization window (`pools.Proposal.steady`)."""
+    history: tuple[tuple[float, int, int], ...] = ()
+    """(time, prefill, decode) recommendations within the stabilization window."""
 
     def to_wire(self) -> dict[str, Any]:
         """A small JSON-able dict (for the service's status)."""
@@ -135,7 +133,7 @@ class PlannerState:
         if self.step_samples:
             wire["decodeSteps"] = [[_short(n), _short(t)] for n, t in self.step_samples]
         if self.history:
-            wire["history"] = [[_short(t), *sizes] for t, *sizes in self.history]
+            wire["history"] = [[_short(t), p, d] for t, p, d in self.history]
         return wire
 
     @classmethod
@@ -171,9 +169,7 @@ class PlannerState:
             clock=number("clock"),
             watching_since=number("watchingSince"),
             learned_until=number("learnedUntil"),
-            history=tuple((float(t), int(p), int(d), int(sp), int(sd)) for t, p, d, sp, sd in rows("history", 5))
-            # Written before the arrivals' part was kept: the whole recommendation is what held.
-            or tuple((float(t), int(p), int(d), int(p), int(d)) for t, p, d in rows("history", 3)),
+            history=tuple((float(t), int(p), int(d)) for t, p, d in rows("history", 3)),
         )
 
 

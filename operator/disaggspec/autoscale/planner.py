@@ -14,15 +14,11 @@ decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `h
 second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
-ahead: now is the mean of the last `recent_seconds`, or of the last rounds when they stand out of the noise above the
-line of the rounds before them as a step up (`signals.surge`), and ahead is where the trend line of those points
-leads (a step read from fewer than three rounds: its level), its slope less two standard errors (never below now,
-`signals.demand`); scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the
-planner has watched that long, never during a rollout, and removes at most half a pool per decision; what it
-holds the whole recommendation while the pool's queue lasts and, once it is cleared (`pools.cleared`), the servers
-for the arrivals alone (`Proposal.steady`): servers asked only to clear a queue go with it. Before a prefill rate is
-learned it is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation,
-`pools._inferred_rate`).
+ahead: now is the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and ahead is
+where the trend line of those points leads, its slope less one standard error (never below now, `signals.demand`);
+scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
+that long, never during a rollout, and removes at most half a pool per decision. Before a prefill rate is learned it
+is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).
 Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that persisted adds servers
 (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it fall to its minimum;
 otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once all its servers are
@@ -136,19 +132,15 @@ def decide(
     prefill = pools.queue_guard(settings, window.prefill, prefill)
     decode = pools.queue_guard(settings, window.decode, decode)
     recommended = (settings.prefill.clamp(prefill.need), settings.decode.clamp(decode.need))
-    sustained = (settings.prefill.clamp(prefill.sustained), settings.decode.clamp(decode.sustained))
     horizon = now - settings.stabilization_seconds
     history = tuple(entry for entry in state.history if entry[0] >= horizon)
     watched = now - (state.watching_since if state.watching_since is not None else now)
-    # Once a pool's queue is cleared, the servers asked only to clear it are not held (`pools.Proposal.steady`).
-    p_column = 3 if pools.cleared(settings, window.prefill) else 1
-    d_column = 4 if pools.cleared(settings, window.decode) else 2
     p_settled = _settle(
         settings,
         settings.prefill,
         window.prefill.replicas,
         recommended[0],
-        [int(entry[p_column]) for entry in history],
+        [p for _, p, _ in history],
         watched,
         window.rolling_out,
     )
@@ -157,7 +149,7 @@ def decide(
         settings.decode,
         window.decode.replicas,
         recommended[1],
-        [int(entry[d_column]) for entry in history],
+        [d for _, _, d in history],
         watched,
         window.rolling_out,
     )
@@ -172,8 +164,7 @@ def decide(
         decisions.append(PoolDecision(role, pool.replicas, desired, reason, dict(proposal.inputs)))
     ends = [sig.span(pool.series) for pool in (window.prefill, window.decode)]
     seen = max((span[1] for span in ends if span is not None), default=state.learned_until)
-    entry = (now, recommended[0], recommended[1], sustained[0], sustained[1])
-    state = replace(state, clock=now, learned_until=seen, history=(*history, entry))
+    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, recommended[0], recommended[1])))
     ordered = sorted(decisions, key=lambda pool: pool.desired == pool.current)
     message = ". ".join(
         f"{pool.role} {pool.current} -> {pool.desired}: {pool.reason}"

@@ -21,14 +21,6 @@ class Proposal:
     need: int
     reason: str
     inputs: dict[str, float] = field(default_factory=dict)
-    steady: int | None = None
-    """What the pool needs for its arrivals alone, without the servers asked to clear its queue (None: `need`). Once
-    that queue is cleared (`cleared`), scale-down stabilization holds only this: a backlog is finite, and the window
-    guards against noise in the arrivals, not against a drained queue."""
-
-    @property
-    def sustained(self) -> int:
-        return self.need if self.steady is None else min(self.steady, self.need)
 
 
 def ceil(value: float) -> int:
@@ -96,16 +88,10 @@ def prefill(
     grown = sig.intervals(series)
     prompts, requests = sum(i.grew("prompt_tokens") for i in grown), sum(i.grew("requests") for i in grown)
     mean_prompt = (prompts / requests if requests > 0 else state.mean_prompt) or 0.0
-    queue = sig.gauge_points(series, sig.unprefilled)
-    unfinished = sig.gauge_points(series, sig.unfinished)
+    queue = sig.gauge_points(series, sig.queued)
     served = sig.rate_points(series, "prompt_tokens")
-    # Arrivals = served + the growth of the requests not counted yet (converted to tokens with the mean prompt),
-    # wherever they wait: a full decode pool holds prefill's backlog in the bootstrap queue, and its prefilled
-    # requests in the inflight queue until their transfers end. Counting the waiting queue alone read that backlog as
-    # arrivals when a decode scale-up released it (measured on the capacity emulator, DeepSeek at 17dfedd: 49,690
-    # prompt tokens/s served against about 31,000 arriving, forecast 72,427, prefill 12 -> 14 and decode 7 -> 8;
-    # without the inflight queue, at b36c4ad: 67,452 read after an accept-length drop, prefill 9 -> 14).
-    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(unfinished)]
+    # Arrivals = served + the waiting queue's growth (requests, converted to tokens with the mean prompt).
+    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(queue)]
     arriving = [(t, s + g * mean_prompt) for (t, s), g in zip(served, growth, strict=True)]
     demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
     rate = _prefill_rate(settings, state, series, start, end)
@@ -126,8 +112,6 @@ def prefill(
         "requests_per_second": served_requests + recent_growth,
         "served_requests_per_second": served_requests,
         "queued": queue[-1][1],
-        "bootstrap_queued": sig.gauge_points(series, lambda sample, _: sample.pd_queued or 0.0)[-1][1],
-        "transferring": unfinished[-1][1] - queue[-1][1],
         "backlog_prompt_tokens_per_second": backlog * mean_prompt,
         "ready": float(pool.ready),
     }
@@ -173,7 +157,6 @@ def _sized_prefill(
     building = max(demand.now - pool.ready * rate, 0.0) * settings.lead_seconds
     clearing = backlog * mean_prompt + building / drain
     need = ceil((demand.forecast + clearing) / (rate * utilisation))
-    steady = ceil(demand.forecast / (rate * utilisation))
     inputs |= {
         "server_tokens_per_second": rate,
         "utilisation_target": utilisation,
@@ -195,7 +178,7 @@ def _sized_prefill(
         f"utilisation {utilisation:.2f} (mean prompt {fmt(mean_prompt)} tokens, "
         f"TTFT {settings.ttft_seconds * 1000:.0f} ms)"
     )
-    return Proposal(need, text, inputs, steady)
+    return Proposal(need, text, inputs)
 
 
 MIN_INFERRING_QUEUE = 0.25
@@ -360,28 +343,7 @@ def decode(
         f"{fmt(demand.now)} requests{ahead} over {pool.ready} servers at accept length {length:.2f}; one server "
         f"holds {per_server:.1f}{bound} at ITL {settings.itl_seconds * 1000:.0f} ms"
     )
-    # Decode's handover sizing is no backlog of decode's own: what prefill passes on stays on decode for a request's
-    # whole time there, and the gate that turns it on flickers round to round (released at once, it asked for 6
-    # decode servers and took 2 back in the next round, five times in 4 s, after an accept-length drop on the
-    # capacity emulator, DeepSeek at da59e7f). Stabilization holds all of it.
     return Proposal(need, text, inputs), state
-
-
-def cleared(settings: PlannerSettings, pool: PoolWindow) -> bool:
-    """The pool's requests not prefilled yet (waiting and bootstrap queues) stayed under `queue_threshold` per
-    server at every round of the last `persist_seconds`: a backlog the servers were asked for is gone, not a lull
-    between two noisy scrapes (after a burst on the capacity emulator the queue read 39, 10 and 38 in three rounds)."""
-    rounds = sig.rounds(pool.series)
-    if not rounds:
-        return True
-    pods = sig.gauge_points(pool.series, lambda _, __: 1.0)
-    pending = sig.gauge_points(pool.series, sig.unprefilled)
-    since = rounds[-1] - settings.persist_seconds
-    return all(
-        queued < settings.queue_threshold * max(servers, 1.0)
-        for (at, queued), (_, servers) in zip(pending, pods, strict=True)
-        if at >= since
-    )
 
 
 def queue_guard(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> Proposal:

@@ -125,19 +125,6 @@ def queued(sample: PodSample, _: PodSample | None = None) -> float:
     return sample.queued or 0.0
 
 
-def unprefilled(sample: PodSample, _: PodSample | None = None) -> float:
-    """A prefill server's requests not prefilled yet: in its waiting queue and in its bootstrap queue, where a request
-    waits until its decode has pre-allocated KV for it (SGLang 0.5.2 disaggregation/prefill.py:194
-    `pop_bootstrapped`, 0.5.23 :497). A full decode pool holds prefill's backlog there, not in the waiting queue."""
-    return queued(sample) + (sample.pd_queued or 0.0)
-
-
-def unfinished(sample: PodSample, _: PodSample | None = None) -> float:
-    """A prefill server's requests that arrived but are not counted in its prompt tokens yet: not prefilled
-    (`unprefilled`), or prefilled and waiting for their KV transfer to end, when the request finishes there."""
-    return unprefilled(sample) + (sample.transferring or 0.0)
-
-
 def running(sample: PodSample, previous: PodSample | None) -> float:
     """The running batch, read as empty when the pod generated nothing since its previous scrape (a lagging gauge)."""
     if (
@@ -192,14 +179,6 @@ predict: extrapolating the steep slope of a step (measured on the capacity emula
 servers the burst needed."""
 
 
-FORECAST_ERRORS = 2.0
-"""Standard errors taken off a window's fitted slope before it is extrapolated: a rise the planner scales up for is
-held through the scale-down stabilization window, so a slope that noise could make must not pass. With one error a
-noisy window's slope passes about one decision in six (a normal slope estimate exceeds its truth by one error 16% of
-the time; two: 2%): at the flat peak of the compressed day on the capacity emulator the forecast added 32% to a
-Poisson window of 37 requests/s and both pools held a server too many for 45 s (DeepSeek, 17dfedd)."""
-
-
 @dataclass(frozen=True)
 class Demand:
     """A demand now and where the window's trend puts it `lead` seconds ahead."""
@@ -210,96 +189,33 @@ class Demand:
     """The trend (per second)."""
 
 
-SURGE_ERRORS = 4.0
-"""Standard errors by which the last rounds must stand above the line of the rounds before them to be read as a step
-up. The larger of two noisy means is biased up: reading the last 20 s whenever their mean was higher sized a steady
-load for its upper noise. Four, as every tail is tried and the noise is itself estimated: on Poisson rounds of 6
-requests (5 s at 1.25/s, 200 seeded windows of a steady load) three errors read 8% of windows as a step, four 3%,
-and the demand now was biased up by 0.4% (the old reading: 4.8%); a 3.5x step was read from its first or second
-full round either way (the old reading took four)."""
-
-
-def jitter(points: Sequence[Point]) -> float:
-    """A rate's noise round to round, robust to a step and a trend: the median of the successive differences'
-    magnitudes over 0.6745 x sqrt 2 (for independent normal rounds of deviation s a difference has deviation s x
-    sqrt 2, and its magnitude's median is 0.6745 of that). One step is one large difference among many, which the
-    median passes over; a line's difference is constant and nearly cancels. 0 with fewer than two points."""
-    gaps = sorted(abs(b - a) for (_, a), (_, b) in itertools.pairwise(points))
-    if not gaps:
-        return 0.0
-    middle = len(gaps) // 2
-    median = gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
-    return median / (0.6745 * math.sqrt(2))
-
-
-def surge(points: Sequence[Point], recent_seconds: float, surge_seconds: float) -> list[Point] | None:
-    """The last rounds that stand above the trend of the recent rounds before them as a step up, None without one.
-    Each tail of the last k recent rounds (at least three left before it: the base) is compared with where the line
-    through its base puts it, in standard errors of that difference (the recent rounds' `jitter` times the standard
-    error factor of a least-squares line's prediction of the mean of k new points). After a
-    step k rounds ago the tail of those k rounds stands most errors above: a shorter one leaves step rounds in its
-    base, a longer one mixes rounds from before the step into itself. It is taken when that is at least
-    `SURGE_ERRORS`. A ramp is no step: its last rounds lie on the base's line, and the forecast carries it. With
-    fewer than four recent rounds the noise is unknown: the last `surge_seconds` are taken when their mean is above
-    the recent window's. `surge_seconds` <= 0: no surge is looked for."""
-    if not points or surge_seconds <= 0:
-        return None
-    end = points[-1][0]
-    latest = recent(points, end, recent_seconds)
-    if len(latest) < 4:
-        last = recent(points, end, surge_seconds)
-        return list(last) if mean(last) > mean(latest) else None
-
-    # A clean line still leaves rounding in the excess: a step must stand out of that too.
-    noise = max(jitter(latest), 1e-9 * abs(mean(latest)))
-
-    def standing(k: int) -> float:
-        """How many standard errors the tail of k rounds stands above its base's line."""
-        tail, base = latest[-k:], latest[:-k]
-        fitted, error = trend(base)
-        centre = sum(t for t, _ in base) / len(base)
-        spread = sum((t - centre) ** 2 for t, _ in base)
-        at = sum(t for t, _ in tail) / len(tail)
-        factor = 1 / len(tail) + 1 / len(base)
-        if abs(fitted) > FORECAST_ERRORS * error and spread > 0:
-            factor += (at - centre) ** 2 / spread  # a trend the base's noise cannot make: the tail is held to it
-        else:
-            fitted = 0.0  # no trend to hold it to: its level (a noisy slope carried far only widens the error)
-        return (mean(tail) - mean(base) - fitted * (at - centre)) / math.sqrt(factor) / noise if noise > 0 else 0.0
-
-    k = max(range(1, len(latest) - 2), key=standing)
-    return list(latest[-k:]) if standing(k) >= SURGE_ERRORS else None
-
-
 def demand(
     points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
 ) -> Demand:
-    """The mean of the recent points (or of the last rounds that stand above them as a step up, `surge`), and where
-    the trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
-    span), its slope less `FORECAST_ERRORS` standard errors: never below the mean (scale-up looks ahead, it never
-    scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not
-    extrapolated into a surge)."""
+    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
+    trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
+    span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for a fall
+    that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
+    surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
-    stepped = surge(points, recent_seconds, surge_seconds)
-    latest = stepped or recent(points, points[-1][0], recent_seconds)
+    latest = recent(points, points[-1][0], recent_seconds)
+    if surge_seconds > 0:
+        last = recent(points, points[-1][0], surge_seconds)
+        latest = max(latest, last, key=mean)
     current = max(mean(latest), 0.0)
     # The trend of the points the level is the mean of (the whole window's when they are too few for a line): after a
     # step up the level is the step's, and the window's slope is the step itself, not a ramp, so extrapolating that
-    # slope counted the step twice, up to the cap. Less `FORECAST_ERRORS` standard errors: a slope the window's noise
-    # could make is not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10
-    # servers where 6 served the load).
-    if stepped is not None and len(stepped) < 3 and len(points) - len(stepped) >= 3:
-        # The step's own rounds are too few for a line, and the window's line through the step is the step: a step
-        # is not a ramp, its level is the demand.
-        return Demand(current, current, slope(points))
+    # slope counted the step twice, up to the cap. Less one standard error: a slope the window's noise could make is
+    # not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6
+    # served the load).
     basis = latest if len(latest) >= 3 else points
     fitted, error = trend(basis)
     centre = sum(t for t, _ in basis) / len(basis)
     # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
     # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
     horizon = min(now + lead_seconds - centre, basis[-1][0] - basis[0][0])
-    rising = fitted - FORECAST_ERRORS * error
+    rising = fitted - error
     ahead = mean(basis) + rising * horizon if rising > 0 else current
     return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), slope(points))
 

@@ -81,8 +81,7 @@ class PlannerSpec(SpecModel):
         ge=0,
         le=86400,
         description="A pool shrinks only to the highest size the planner recommended over this window, and never "
-        "during a rollout. Prefill servers asked only to clear a queue are not held by it once that queue has stayed "
-        "cleared for 30 s.",
+        "during a rollout.",
     )
 
 
