@@ -1114,9 +1114,11 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             + ", ".join(f"{share:.2f} ({profile})" for profile, share in sorted(ideal.items()))
             + " of static-peak's GPU-seconds: no autoscaler at that utilization can use less."
         )
-    bounds = [r for r in rows if r.get("stabilized_share") is not None and r.get("reactive_ceiling") is not None]
+    # Every arm of a profile carries the same bounds: one row per profile says them.
+    bounds = {
+        r["profile"]: r for r in rows if r.get("stabilized_share") is not None and r.get("reactive_ceiling") is not None
+    }
     if bounds:
-        first = {r["profile"]: r for r in bounds}
         lines.append("")
         lines.append(
             "What the day's time constants allow any autoscaler (the same model, before any accept-length drop): "
@@ -1125,7 +1127,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                 f"stabilization (the ideal tracker shrinking only to the most it needed within the window), at most "
                 f"{r['reactive_ceiling']:.1%} attainment without capacity held ahead of the burst (its servers asked "
                 "at its first instant, up a model load later, prefill's queue of the trough-sized pool meanwhile)"
-                for profile, r in sorted(first.items())
+                for profile, r in sorted(bounds.items())
             )
             + "."
         )
