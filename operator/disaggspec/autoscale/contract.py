@@ -47,8 +47,8 @@ class PlannerSettings:
     recent_seconds: float = 60.0
     """Demand now is the mean of this much of the window (the trend is fitted over all of it)..."""
     surge_seconds: float = 20.0
-    """...or the mean of this much, when higher: a step up in load shows in the last rounds before it moves the
-    minute's mean (scale-up only; scale-down keeps the highest recommendation of its stabilization window anyway)."""
+    """...or the mean of this much, when it stands above the rounds before it beyond their noise: a step up in load
+    shows in the last rounds before it moves the minute's mean (`signals.stepped_up`)."""
     queue_threshold: float = 2.0
     """Waiting requests per server that, held at every scrape for `persist_seconds`, mean a saturated pool."""
     persist_seconds: float = 30.0

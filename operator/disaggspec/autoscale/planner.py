@@ -14,8 +14,11 @@ decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `h
 second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom per server (its
 learned output length x the step time there / the accept length; Little's law), so decode grows with a burst in the
 same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand `lead_seconds`
-ahead: now is the mean of the last `recent_seconds` or of the last `surge_seconds`, whichever is higher, and ahead is
-where the trend line of those points leads, its slope less one standard error (never below now, `signals.demand`);
+ahead: now is the mean of the last `recent_seconds`, or of the last `surge_seconds` when they stand above the rounds
+before them by more than the rounds' noise (`signals.SURGE_ERRORS` standard errors), and ahead is where the trend
+line of those points leads, its slope less `signals.FORECAST_ERRORS` standard errors (never below now,
+`signals.demand`): the stabilization keeps the highest need of its window, so the planner acts on no step or trend
+its noise could make;
 scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner has watched
 that long, never during a rollout, and removes at most half a pool per decision. Before a prefill rate is learned it
 is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation, `pools._inferred_rate`).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -178,6 +179,43 @@ or two its trend adds far less; a load that grows by half within one lead is a b
 predict: extrapolating the steep slope of a step (measured on the capacity emulator, 2x allowed) asked for twice the
 servers the burst needed."""
 
+SURGE_ERRORS = 3.0
+"""How many standard errors the last `surge_seconds`' mean must stand above the rounds before it to be read as a step
+up. Without the test the higher of the two means was taken at every decision, and the scale-down stabilization keeps
+the highest need of its window, so the noise of a few rounds' mean set the pool's size: on seeded Poisson rounds at
+DeepSeek's peak (30 requests/s of 8,192 prompt tokens, 5 s rounds at the capacity emulator's time scale 8; one
+server 6,492 tokens/s at utilisation 0.9) prefill was held at 8.0 servers on average where 6 serve the load, and at
+6.6 with this test and `FORECAST_ERRORS` (`e2e/perf/bench_planner_noise.py`). A 3x step is read one to four rounds
+after it (zero to two before), against a model load of many rounds. Three errors: the test runs at every decision,
+a dozen of them per minute, and a false step holds its servers through the stabilization window."""
+
+FORECAST_ERRORS = 2.0
+"""How many standard errors of the window's slope are taken off it before it is extrapolated: a slope its noise
+could make is not forecast (one error forecast a rise at about one decision in six on a steady load, each held
+through the stabilization window)."""
+
+
+def spread(points: Sequence[Point]) -> float:
+    """The noise of one round's value: the standard deviation of the values about the window's trend, estimated
+    from the successive differences by their median absolute deviation (x 1.4826 for a normal spread, / sqrt 2 as a
+    difference holds two rounds' noise). A steady trend moves every difference alike and a step moves one of them,
+    so neither reads as noise, as they would in the residuals of a mean or of a line; 0 with fewer than three
+    points."""
+    differences = [b - a for (_, a), (_, b) in itertools.pairwise(points)]
+    if len(differences) < 2:
+        return 0.0
+    centre = statistics.median(differences)
+    return statistics.median(abs(d - centre) for d in differences) * 1.4826 / math.sqrt(2)
+
+
+def stepped_up(before: Sequence[Point], last: Sequence[Point], noise: float, errors: float = SURGE_ERRORS) -> bool:
+    """Whether the mean of `last` stands more than `errors` standard errors above the mean of `before` (the
+    difference of two means of independent rounds, each round's noise `noise`)."""
+    if not before or not last:
+        return False
+    error = noise * math.sqrt(1 / len(before) + 1 / len(last))
+    return mean(last) - mean(before) > errors * error
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -190,32 +228,40 @@ class Demand:
 
 
 def demand(
-    points: Sequence[Point], now: float, recent_seconds: float, lead_seconds: float, surge_seconds: float = 0.0
+    points: Sequence[Point],
+    now: float,
+    recent_seconds: float,
+    lead_seconds: float,
+    surge_seconds: float = 0.0,
+    *,
+    surge_errors: float = SURGE_ERRORS,
+    forecast_errors: float = FORECAST_ERRORS,
 ) -> Demand:
-    """The mean of the recent points (or of the last `surge_seconds` of them, when higher: a step up), and where the
+    """The mean of the recent points (or of the last `surge_seconds` of them, when they stand above the rounds before
+    them by more than `surge_errors` standard errors of the rounds' noise: a step up, `stepped_up`), and where the
     trend line of those points puts the demand at `now + lead_seconds` (at most as far beyond their centre as they
-    span), its slope less one standard error: never below the mean (scale-up looks ahead, it never scales for a fall
-    that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not extrapolated into a
-    surge)."""
+    span), its slope less `forecast_errors` standard errors: never below the mean (scale-up looks ahead, it never
+    scales for a fall that has not happened) and at most `FORECAST_GROWTH` times it (a window's trend is not
+    extrapolated into a surge)."""
     if not points:
         return Demand(0.0, 0.0, 0.0)
     latest = recent(points, points[-1][0], recent_seconds)
     if surge_seconds > 0:
         last = recent(points, points[-1][0], surge_seconds)
-        latest = max(latest, last, key=mean)
+        before = [p for p in latest if p[0] < last[0][0]]
+        if stepped_up(before, last, spread(latest), surge_errors):
+            latest = last
     current = max(mean(latest), 0.0)
     # The trend of the points the level is the mean of (the whole window's when they are too few for a line): after a
     # step up the level is the step's, and the window's slope is the step itself, not a ramp, so extrapolating that
-    # slope counted the step twice, up to the cap. Less one standard error: a slope the window's noise could make is
-    # not extrapolated (at the flat peak of a day on the capacity emulator, prefill asked for 8-10 servers where 6
-    # served the load).
+    # slope counted the step twice, up to the cap.
     basis = latest if len(latest) >= 3 else points
     fitted, error = trend(basis)
     centre = sum(t for t, _ in basis) / len(basis)
     # No further ahead than the span the trend was fitted on: beyond it a noisy slope only amplifies its noise (a 60 s
     # window extrapolated over a 120 s lead doubled the demand at the flat top of a day on the capacity emulator).
     horizon = min(now + lead_seconds - centre, basis[-1][0] - basis[0][0])
-    rising = fitted - error
+    rising = fitted - forecast_errors * error
     ahead = mean(basis) + rising * horizon if rising > 0 else current
     return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), slope(points))
 

@@ -738,3 +738,57 @@ def test_a_queue_from_before_the_last_scale_up_adds_no_server() -> None:
     held = PoolWindow(3, 3, {"pod-0": old, "pod-1": later, "pod-2": later})
     decision, _ = decide(settings(), LEARNED, ServiceWindow(held, window.decode, rolling_out=False), now)
     assert decision.prefill.desired >= 4
+
+
+# Seeded deviations of about 1 (standard normal draws, rounded): the rounds' noise of the tests below.
+DEVIATIONS = [0.3, -1.2, 0.8, -0.4, 1.5, -0.9, 0.1, -1.6, 1.1, 0.6, -0.2, -0.7, 1.3]
+
+
+def test_the_rounds_noise_is_read_apart_from_a_trend_or_a_step() -> None:
+    times = [5.0 * k for k in range(len(DEVIATIONS))]
+    noisy = [(t, 1000.0 + 100.0 * d) for t, d in zip(times, DEVIATIONS, strict=True)]
+    assert 50.0 < signals.spread(noisy) < 200.0
+    # A ramp moves every difference alike, a step moves one: neither is noise; nor do they add to the noise.
+    assert signals.spread([(t, 1000.0 + 20.0 * t) for t in times]) == pytest.approx(0.0)
+    assert signals.spread([(t, 1000.0 if t < 40 else 3000.0) for t in times]) == pytest.approx(0.0)
+    ramped = [(t, v + 20.0 * t) for t, v in noisy]
+    assert signals.spread(ramped) == pytest.approx(signals.spread(noisy))
+    stepped = [(t, v + (2000.0 if t >= 40 else 0.0)) for t, v in noisy]
+    assert signals.spread(stepped) < 1.5 * signals.spread(noisy)
+    assert signals.spread(noisy[:2]) == 0.0
+
+
+def test_a_last_rounds_mean_within_the_noise_is_not_a_step_up() -> None:
+    """Noisy rounds at a steady 1,000 whose last four happen to read higher: the level is the minute's mean, not the
+    last 20 s'; the same rounds after a real doubling 20 s ago read as the step's level."""
+    times = [5.0 * k for k in range(len(DEVIATIONS))]
+    steady = [(t, 1000.0 + 100.0 * d) for t, d in zip(times, DEVIATIONS, strict=True)]
+    last = [v for t, v in steady if t >= times[-1] - 20.0]
+    minute = sum(v for _, v in steady) / len(steady)
+    assert sum(last) / len(last) > minute  # the old reading took this higher mean
+    read = signals.demand(steady, times[-1], 60.0, 30.0, surge_seconds=20.0)
+    assert read.now == pytest.approx(minute)
+    assert read.forecast == pytest.approx(minute)  # and no trend within the noise is forecast
+    doubled = [(t, v * (2.0 if t >= times[-1] - 20.0 else 1.0)) for t, v in steady]
+    step = signals.demand(doubled, times[-1], 60.0, 30.0, surge_seconds=20.0)
+    assert step.now == pytest.approx(2 * sum(last) / len(last))
+
+
+def test_a_slope_within_two_standard_errors_is_not_forecast() -> None:
+    times = [5.0 * k for k in range(len(DEVIATIONS))]
+
+    def rising(per_second: float) -> list[tuple[float, float]]:
+        return [(t, 1000.0 + per_second * t + 100.0 * d) for t, d in zip(times, DEVIATIONS, strict=True)]
+
+    # 1.5 per second over this noise: the slope is 1.4 standard errors (1.52) out, which one error forecast.
+    fitted, error = signals.trend(rising(1.5))
+    assert error < fitted < signals.FORECAST_ERRORS * error
+    within = signals.demand(rising(1.5), times[-1], 60.0, 30.0)
+    assert within.forecast == pytest.approx(within.now)
+    # 8 per second: 5.7 errors out, forecast from the points' centre (30 s) to now + 30 s, less two errors.
+    fitted, error = signals.trend(rising(8.0))
+    beyond = signals.demand(rising(8.0), times[-1], 60.0, 30.0)
+    centre = sum(v for _, v in rising(8.0)) / len(times)
+    horizon = min(times[-1] + 30.0 - 30.0, times[-1] - times[0])
+    assert beyond.forecast == pytest.approx(centre + (fitted - 2 * error) * horizon)
+    assert beyond.forecast > beyond.now
