@@ -90,8 +90,14 @@ def prefill(
     mean_prompt = (prompts / requests if requests > 0 else state.mean_prompt) or 0.0
     queue = sig.gauge_points(series, sig.queued)
     served = sig.rate_points(series, "prompt_tokens")
-    # Arrivals = served + the waiting queue's growth (requests, converted to tokens with the mean prompt).
-    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(queue)]
+    # Arrivals = served + the growth of the requests not finished on prefill (requests, converted to tokens with the
+    # mean prompt). The waiting queue's growth alone missed the arrivals a full decode pool holds in the bootstrap
+    # queue: on the DeepSeek day a 3x burst onto one decode server read 9,381-12,061 prompt tokens/s for 6 emulated s
+    # while about 35,000 arrived, so prefill held 6 servers and asked for 11 only once decode drained. And a
+    # decode scale-up that releases prefilled requests together counts their tokens at once, which the inflight
+    # queue's fall offsets (measured on the capacity emulator: 67,452 and 94,443 tokens/s read where 35,000 arrived).
+    unfinished = sig.gauge_points(series, sig.unfinished)
+    growth = [(b - a) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(unfinished)]
     arriving = [(t, s + g * mean_prompt) for (t, s), g in zip(served, growth, strict=True)]
     demand = sig.demand(arriving, now, settings.recent_seconds, settings.lead_seconds, settings.surge_seconds)
     rate = _prefill_rate(settings, state, series, start, end)

@@ -137,6 +137,15 @@ def running(sample: PodSample, previous: PodSample | None) -> float:
     return sample.running or 0.0
 
 
+def unfinished(sample: PodSample, _: PodSample | None = None) -> float:
+    """A prefill's requests that arrived and whose prompt tokens are not counted yet: waiting to be prefilled, in its
+    bootstrap queue (waiting for decode to take them: a full decode pool holds prefill's arrivals there, 0.5.2
+    disaggregation/prefill.py:194 `pop_bootstrapped`, 0.5.23 :497) and in its inflight queue (prefilled, their KV
+    transfer not ended; the tokenizer counts a request's prompt tokens when it finishes, which on prefill is when
+    that transfer ends). Served prompt tokens plus this count's growth are the arrivals, whichever queue holds them."""
+    return queued(sample) + (sample.pd_queued or 0.0) + (sample.transferring or 0.0)
+
+
 def concurrency(sample: PodSample, previous: PodSample | None) -> float:
     """A decode server's requests: running, waiting for a place in the batch, and in its PD queues (waiting for KV
     memory to pre-allocate, or for their KV to arrive)."""

@@ -34,8 +34,11 @@ request counters; the scheduler gauges `sglang:num_running_reqs` (0.5.2 :187, 0.
 their series: the scheduler exports them once per DP group (attention-TP rank 0, label `dp_rank`), so the sum is the
 server's. 0.5.23 with priority scheduling also exports each queue gauge broken down by a non-empty `priority` label
 beside the total (`priority=""`; observability/metrics_collector.py:1417-1428 `_log_gauge_queue_count`): those
-breakdown series are skipped, or every request would count twice. `sglang:num_prefill_inflight_queue_reqs` is not
-read: its requests have been prefilled and only wait for their KV transfer to end. `sglang:token_usage` (:199, :405:
+breakdown series are skipped, or every request would count twice. `sglang:num_prefill_inflight_queue_reqs` (0.5.2
+metrics/collector.py:262, set at managers/scheduler_metrics_mixin.py:153; 0.5.23 :588, logged per priority like
+the queues above, :1690) is read apart from the PD queues: its requests are prefilled and wait only for their KV
+transfer to end, so they load no queue the planner sizes for, but their prompt tokens are counted only when the
+transfer ends. `sglang:token_usage` (:199, :405:
 the used share of the KV pool, each DP group its own pool) is the largest series: the fullest pool is the one that
 retracts or stops admitting first.
 """
@@ -64,12 +67,13 @@ PD_QUEUES: Final = (
     "sglang:num_decode_prealloc_queue_reqs",
     "sglang:num_decode_transfer_queue_reqs",
 )
+TRANSFERRING: Final = "sglang:num_prefill_inflight_queue_reqs"
 GEN_THROUGHPUT: Final = "sglang:gen_throughput"
 TOKEN_USAGE: Final = "sglang:token_usage"
 
 _GAUGES: Final = (ACCEPT_LENGTH, ACCEPT_RATE)
 _COUNTERS: Final = (VERIFY_CALLS, GENERATION_TOKENS, REQUESTS, PROMPT_TOKENS)
-_QUEUE_GAUGES: Final = (RUNNING, QUEUED, *PD_QUEUES)
+_QUEUE_GAUGES: Final = (RUNNING, QUEUED, *PD_QUEUES, TRANSFERRING)
 """Exported as a total plus, in 0.5.23 with priority scheduling, one series per priority (skipped)."""
 PER_SERVER: Final = (BOOTSTRAP_FAILED, TRANSFER_FAILED)
 """Counted by every TP rank: the pod's value is its largest series (see the module docstring)."""
@@ -94,6 +98,8 @@ class PodSample:
     place in the running batch yet."""
     pd_queued: float | None = None
     """Requests in the PD queues: a prefill's bootstrap queue, a decode's pre-allocation and transfer queues."""
+    transferring: float | None = None
+    """A prefill's inflight queue: requests prefilled whose KV transfer has not ended."""
     gen_throughput: float | None = None
     """Tokens per second generated over the scheduler's last decode log interval (0 once idle)."""
     token_usage: float | None = None
@@ -179,6 +185,7 @@ class _Tally:
             running=self._total(RUNNING),
             queued=self._total(QUEUED),
             pd_queued=self._any_total(PD_QUEUES),
+            transferring=self._total(TRANSFERRING),
             gen_throughput=self._total(GEN_THROUGHPUT),
             token_usage=self.largest.get((TOKEN_USAGE, "")),
         )

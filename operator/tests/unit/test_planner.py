@@ -52,6 +52,7 @@ def pod(
     accept: Value | None = None,
     usage: Value | None = None,
     pd: Value = 0.0,
+    transferring: Value = 0.0,
     throughput: bool = True,
     restart_at: float | None = None,
 ) -> list[tuple[float, PodSample]]:
@@ -78,6 +79,7 @@ def pod(
             queued=_at(queued, t),
             running=n,
             pd_queued=_at(pd, t),
+            transferring=_at(transferring, t),
             gen_throughput=rate if throughput else None,
             accept_length=_at(accept, t) if accept is not None else None,
             token_usage=_at(usage, t) if usage is not None else None,
@@ -183,7 +185,7 @@ def test_every_load_signal_is_a_metric_of_its_release() -> None:
     from e2e.serving.emulator import facts
 
     kinds = {samples.PROMPT_TOKENS: "counter", samples.GEN_THROUGHPUT: "gauge", samples.TOKEN_USAGE: "gauge"}
-    kinds |= dict.fromkeys((samples.RUNNING, samples.QUEUED), "gauge")
+    kinds |= dict.fromkeys((samples.RUNNING, samples.QUEUED, samples.TRANSFERRING), "gauge")
     only = {"sglang:num_prefill_prealloc_queue_reqs": "0.5.2", "sglang:num_prefill_bootstrap_queue_reqs": "0.5.23"}
     for version in facts.VERSIONS:
         exported = {m.exposed: m.kind for m in facts.facts_for(version).metrics}
@@ -792,3 +794,34 @@ def test_a_slope_within_two_standard_errors_is_not_forecast() -> None:
     horizon = min(times[-1] + 30.0 - 30.0, times[-1] - times[0])
     assert beyond.forecast == pytest.approx(centre + (fitted - 2 * error) * horizon)
     assert beyond.forecast > beyond.now
+
+
+def test_prefill_s_arrivals_count_the_requests_a_full_decode_holds_or_whose_transfer_has_not_ended() -> None:
+    """Two prefill servers each finish 2,000 prompt tokens/s (1,000-token prompts) while 1 more request/s per server
+    piles up in their bootstrap queues (decode takes none): 6,000 tokens/s arrive. Then the same arrivals finished
+    in bulk: a decode scale-up releases the inflight queue, the served rate doubles for a while and the inflight
+    queue falls as fast: still 6,000."""
+    now = 1000.0
+    start = now - WINDOW
+
+    def bootstrapping(t: float) -> float:
+        return t - start
+
+    held = [pod(now, prompt=2000.0, requests=2.0, pd=bootstrapping) for _ in range(2)]
+    decision, _ = decide(settings(), LEARNED, ServiceWindow(pool(2, held), decode_pool(now, 2, 100.0), False), now)
+    assert decision.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(6000.0)
+    assert decision.prefill.inputs["queued"] == 0.0  # the backlog to clear is the waiting queue's alone
+    assert signals.unfinished(held[0][-1][1]) == pytest.approx(WINDOW)
+
+    # One server, 3 requests/s arriving: 1/s finished while decode was full (2/s prefilled, transferring), then
+    # decode's scale-up releases them: 5/s finished while the inflight queue falls 2/s.
+    def served(t: float) -> float:
+        return 5000.0 if t >= now - 60 else 1000.0
+
+    def transferring(t: float) -> float:
+        return 2.0 * min(t - start, WINDOW - 60) - 2.0 * max(t - (now - 60), 0.0)
+
+    released = [pod(now, prompt=served, requests=lambda t: served(t) / 1000, transferring=transferring)]
+    window = ServiceWindow(pool(1, released), decode_pool(now, 2, 100.0), False)
+    bulk, _ = decide(settings(), LEARNED, window, now)
+    assert bulk.prefill.inputs["prompt_tokens_per_second"] == pytest.approx(3000.0)
