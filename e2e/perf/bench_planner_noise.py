@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 
 from disaggspec.autoscale import signals
+from e2e.serving.load.arrivals import Constant, RateCurve, Steps, poisson_arrivals
 
 TIME_SCALE = 8.0
 ROUND_SECONDS = 5.0
@@ -32,29 +32,20 @@ LEAD_SECONDS = 15.0 * TIME_SCALE
 STABILIZATION_ROUNDS = int(30.0 * TIME_SCALE / ROUND_SECONDS)
 
 
-def _poisson(rng: random.Random, mean: float) -> int:
-    """Knuth's product of uniforms (small means only, as here)."""
-    limit, product, count = math.exp(-mean), 1.0, -1
-    while product > limit:
-        count += 1
-        product *= rng.random()
-    return count
-
-
-def needs(rates: list[float], seed: int, surge_errors: float, forecast_errors: float) -> list[int]:
-    """The prefill servers each decision needs, one decision per round once a window is full; `rates` in emulated
-    requests/s per round."""
-    rng = random.Random(seed)
-    points: list[tuple[float, float]] = []
+def needs(curve: RateCurve, seed: int, surge_errors: float, forecast_errors: float) -> list[int]:
+    """The prefill servers each decision needs, one decision per round once a window is full; `curve` in emulated
+    requests/s, its Poisson arrivals (`poisson_arrivals`, the load generator's) counted per round."""
+    per_round = ROUND_SECONDS / TIME_SCALE
+    rounds = int(curve.duration / per_round)
+    counts = [0] * rounds
+    for arrival in poisson_arrivals(curve, seed, limit=10**7):
+        counts[min(int(arrival.at / per_round), rounds - 1)] += 1
+    points = [(k * ROUND_SECONDS + ROUND_SECONDS / 2, n * PROMPT_TOKENS / ROUND_SECONDS) for k, n in enumerate(counts)]
     decided = []
-    for k, rate in enumerate(rates):
-        arrived = _poisson(rng, rate * ROUND_SECONDS / TIME_SCALE)
-        points.append((k * ROUND_SECONDS + ROUND_SECONDS / 2, arrived * PROMPT_TOKENS / ROUND_SECONDS))
-        if len(points) < WINDOW_ROUNDS:
-            continue
+    for k in range(WINDOW_ROUNDS, rounds + 1):
         read = signals.demand(
-            points[-WINDOW_ROUNDS:],
-            (k + 1) * ROUND_SECONDS,
+            points[k - WINDOW_ROUNDS : k],
+            k * ROUND_SECONDS,
             60.0,
             LEAD_SECONDS,
             20.0,
@@ -83,7 +74,8 @@ def main() -> None:
     for rate in (30.0, 20.0, 10.0):
         each, held = [], []
         for seed in range(args.seeds):
-            decided = needs([rate] * (args.rounds + WINDOW_ROUNDS), seed, *errors)
+            seconds = (args.rounds + WINDOW_ROUNDS) * ROUND_SECONDS / TIME_SCALE
+            decided = needs(Constant(rate, seconds), seed, *errors)
             each += decided
             held += stabilized(decided)
         ideal = math.ceil(rate * PROMPT_TOKENS / TIME_SCALE / (SERVER_TOKENS_PER_SECOND * UTILISATION) - 1e-9)
@@ -94,7 +86,8 @@ def main() -> None:
     step_at = 100
     delays = []
     for seed in range(args.seeds):
-        decided = needs([11.0] * step_at + [33.0] * 30, seed, *errors)
+        per_round = ROUND_SECONDS / TIME_SCALE
+        decided = needs(Steps(((step_at * per_round, 11.0), (30 * per_round, 33.0))), seed, *errors)
         first = next(k for k in range(step_at - WINDOW_ROUNDS + 1, len(decided)) if decided[k] >= 6)
         delays.append(first + WINDOW_ROUNDS - 1 - step_at)
     print(f"a 3x step, 11 -> 33 req/s: 6 servers asked after {sorted(delays)} rounds (each seed)")

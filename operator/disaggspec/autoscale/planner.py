@@ -6,26 +6,26 @@ server's rate mu (learned, `capacity`), and a utilisation target from the TTFT t
 queue (the router sends each request to one), and an M/M/1 queue's mean time in system is S / (1 - rho) for a service
 time S (Kleinrock, Queueing Systems I, 3.2); with S = P / mu, TTFT <= T needs rho <= 1 - S / T. M/M/1 is the
 conservative choice: a deterministic prefill time (M/D/1) halves the wait, and the margin covers the KV transfer and the
-first decode step, which TTFT also holds. rho is clamped to [utilisation_min, utilisation_max]; prefill = ceil((D + (Q x
-P + B) / H) / (mu x rho)), where Q x P is the waiting queue's tokens and B = max(D - ready x mu, 0) x lead_seconds the
-tokens that queue before the servers asked now are up, both to clear over H = max(lead_seconds, persist_seconds). Decode
-is sized for its requests N (running, waiting, in the PD queues) over what one server holds at the ITL target and within
-its KV pool (`capacity`): decode = ceil(N / (n x decode_headroom)); while prefill is about to hand over `handover_gate`
-x the requests per second it passes on now, N is at least that rate x the time a request takes at n x decode_headroom
-per server (its learned output length x the step time there / the accept length; Little's law), so decode grows with a
-burst in the same decision as prefill instead of once prefill lets the burst through. Scale-up uses the demand
-`lead_seconds` ahead: now is the mean of the last `recent_seconds`, or of the last `surge_seconds` when they stand above
-the rounds before them by more than the rounds' noise (`signals.SURGE_ERRORS` standard errors), and ahead is where the
-trend line of those points leads, its slope less `signals.FORECAST_ERRORS` standard errors (never below now,
-`signals.demand`): the stabilization keeps the highest need of its window, so the planner acts on no step or trend its
-noise could make; scale-down takes the highest recommendation of the last `stabilization_seconds`, only once the planner
-has watched that long, never during a rollout, and removes at most half a pool per decision. Before a prefill rate is
-learned it is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation,
-`pools._inferred_rate`). Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that
-persisted adds servers (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it
-fall to its minimum; otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once
-all its servers are up. Then [min, max] per pool, then the prefill/decode band, by raising the smaller pool within its
-max.
+first decode step, which TTFT also holds. rho is clamped to [utilisation_min, utilisation_max]; prefill =
+ceil((D + (Q x P + B) / H) / (mu x rho)), where Q x P is the waiting queue's tokens and
+B = max(D - ready x mu, 0) x lead_seconds the tokens that queue before the servers asked now are up, both to clear over
+H = max(lead_seconds, persist_seconds). Decode is sized for its requests N (running, waiting, in the PD queues) over
+what one server holds at the ITL target and within its KV pool (`capacity`): decode = ceil(N / (n x decode_headroom));
+while prefill is about to hand over `handover_gate` x the requests per second it passes on now, N is at least that rate
+x the time a request takes at n x decode_headroom per server (its learned output length x the step time there / the
+accept length; Little's law), so decode grows with a burst in the same decision as prefill instead of once prefill lets
+the burst through. Scale-up uses the demand `lead_seconds` ahead: now is the mean of the last `recent_seconds`, or of
+the last `surge_seconds` when they stand above the rounds before them by more than the rounds' noise
+(`signals.SURGE_ERRORS` standard errors), and ahead is where the trend line of those points leads, its slope less
+`signals.FORECAST_ERRORS` standard errors (never below now, `signals.demand`): the stabilization keeps the highest need
+of its window, so the planner acts on no step or trend its noise could make; scale-down takes the highest recommendation
+of the last `stabilization_seconds`, only once the planner has watched that long, never during a rollout, and removes at
+most half a pool per decision. Before a prefill rate is learned it is inferred from the queue the servers keep (an M/D/1
+queue's length gives their utilisation, `pools._inferred_rate`). Before a capacity is learned or inferred only
+saturation moves a pool: a waiting queue that persisted adds servers (one, or in proportion to the queue's growth over
+the served rate), no traffic at all lets it fall to its minimum; otherwise it holds. Whatever the model says, a
+persisting queue never leaves a pool as it is once all its servers are up. Then [min, max] per pool, then the
+prefill/decode band, by raising the smaller pool within its max.
 """
 
 from __future__ import annotations

@@ -193,10 +193,10 @@ SURGE_ERRORS = 3.0
 up. Without the test the higher of the two means was taken at every decision, and the scale-down stabilization keeps
 the highest need of its window, so the noise of a few rounds' mean set the pool's size: on seeded Poisson rounds at
 DeepSeek's peak (30 requests/s of 8,192 prompt tokens, 5 s rounds at the capacity emulator's time scale 8; one
-server 6,492 tokens/s at utilisation 0.9) prefill was held at 8.0 servers on average where 6 serve the load, and at
-6.6 with this test and `FORECAST_ERRORS` (`e2e/perf/bench_planner_noise.py`). A 3x step is read one to four rounds
-after it (zero to two before), against a model load of many rounds. Three errors: the test runs at every decision,
-a dozen of them per minute, and a false step holds its servers through the stabilization window."""
+server 6,492 tokens/s at utilisation 0.9) prefill was held at 7.9 servers on average where 6 serve the load, and at
+6.5 with this test and `FORECAST_ERRORS` (`e2e/perf/bench_planner_noise.py`, 8 seeds). A 3x step is read one to five
+rounds after it (one to three before), against a model load of many rounds. Three errors: the test runs at every
+decision, a dozen of them per minute, and a false step holds its servers through the stabilization window."""
 
 FORECAST_ERRORS = 2.0
 """How many standard errors of the window's slope are taken off it before it is extrapolated: a slope its noise
@@ -217,7 +217,7 @@ def spread(points: Sequence[Point]) -> float:
     return statistics.median(abs(d - centre) for d in differences) * 1.4826 / math.sqrt(2)
 
 
-def stepped_up(before: Sequence[Point], last: Sequence[Point], noise: float, errors: float = SURGE_ERRORS) -> bool:
+def stepped_up(before: Sequence[Point], last: Sequence[Point], noise: float, errors: float) -> bool:
     """Whether the mean of `last` stands more than `errors` standard errors above the mean of `before` (the
     difference of two means of independent rounds, each round's noise `noise`)."""
     if not before or not last:
