@@ -19,7 +19,8 @@ the last `surge_seconds` when they stand above the rounds before them by more th
 (`signals.SURGE_ERRORS` standard errors), and ahead is where the trend line of those points leads, its slope less
 `signals.FORECAST_ERRORS` standard errors (never below now, `signals.demand`): the stabilization keeps the highest need
 of its window, so the planner acts on no step or trend its noise could make; scale-down takes the highest recommendation
-of the last `stabilization_seconds`, only once the planner has watched that long, never during a rollout, and removes at
+of the last `stabilization_seconds` (prefill's as the servers for its arrivals alone, `Proposal.standing`: a backlog's
+servers go once it has cleared), only once the planner has watched that long, never during a rollout, and removes at
 most half a pool per decision. Before a prefill rate is learned it is inferred from the queue the servers keep (an M/D/1
 queue's length gives their utilisation, `pools._inferred_rate`). Before a capacity is learned or inferred only
 saturation moves a pool: a waiting queue that persisted adds servers (one, or in proportion to the queue's growth over
@@ -167,7 +168,11 @@ def decide(
         decisions.append(PoolDecision(role, pool.replicas, desired, reason, dict(proposal.inputs)))
     ends = [sig.span(pool.series) for pool in (window.prefill, window.decode)]
     seen = max((span[1] for span in ends if span is not None), default=state.learned_until)
-    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, recommended[0], recommended[1])))
+    # The window remembers prefill's servers for its arrivals, not those for the queue it was clearing: on the DeepSeek
+    # day at 77e7775 a 3x burst's backlog asked for 13-14 prefill servers, all held until 32 emulated s after the
+    # burst had ended, when its arrivals needed 4-5.
+    standing = settings.prefill.clamp(prefill.need if prefill.standing is None else prefill.standing)
+    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, standing, recommended[1])))
     ordered = sorted(decisions, key=lambda pool: pool.desired == pool.current)
     message = ". ".join(
         f"{pool.role} {pool.current} -> {pool.desired}: {pool.reason}"

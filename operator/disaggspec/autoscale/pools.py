@@ -21,6 +21,9 @@ class Proposal:
     need: int
     reason: str
     inputs: dict[str, float] = field(default_factory=dict)
+    standing: int | None = None
+    """The servers for the arrivals alone, without the queues `need` also clears (None: `need`): what the
+    stabilization window remembers, so a backlog's servers go once it has cleared."""
 
 
 def ceil(value: float) -> int:
@@ -163,6 +166,7 @@ def _sized_prefill(
     building = max(demand.now - pool.ready * rate, 0.0) * settings.lead_seconds
     clearing = backlog * mean_prompt + building / drain
     need = ceil((demand.forecast + clearing) / (rate * utilisation))
+    standing = ceil(demand.forecast / (rate * utilisation))
     inputs |= {
         "server_tokens_per_second": rate,
         "utilisation_target": utilisation,
@@ -184,7 +188,7 @@ def _sized_prefill(
         f"utilisation {utilisation:.2f} (mean prompt {fmt(mean_prompt)} tokens, "
         f"TTFT {settings.ttft_seconds * 1000:.0f} ms)"
     )
-    return Proposal(need, text, inputs)
+    return Proposal(need, text, inputs, standing)
 
 
 MIN_INFERRING_QUEUE = 0.25

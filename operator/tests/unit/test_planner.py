@@ -427,6 +427,33 @@ def test_a_higher_recommendation_within_the_window_holds_the_scale_down() -> Non
     assert (after[0].prefill.desired, after[0].decode.desired) == (2, 2)
 
 
+def test_a_cleared_backlog_s_servers_go_without_waiting_out_the_window() -> None:
+    """The saturated pool above asks for 11 prefill servers, 4 for its arrivals and 7 for its queue. Once the queue
+    has cleared, the window remembers only the 4 its arrivals needed: the 7 go at the first scale-down the
+    stabilization allows, not a window after the backlog."""
+    start = 1000.0
+
+    def growing(t: float) -> float:
+        return 3.0 + (t - (start - WINDOW))
+
+    plan = settings(prefill=PoolLimits(1, 20), stabilization_seconds=60.0)
+    backlog = ServiceWindow(prefill_pool(start, 2, 5000.0, queued=growing), decode_pool(start, 2, 100.0), False)
+    asked, state = decide(plan, PlannerState(), backlog, start)
+    assert asked.prefill.desired == 11 and state.history[-1][1] == 4 == math.ceil(12000 / (5000 * 0.6))
+
+    def cleared(now: float) -> ServiceWindow:
+        return ServiceWindow(prefill_pool(now, 11, 12000.0 / 11), decode_pool(now, 2, 100.0), False)
+
+    after, _ = run(plan, state, cleared, start + STEP, 4)
+    assert [d.prefill.desired for d in after] == [11, 11, 11, 6]  # watched 15-45 s, then at most half of 11
+    assert "at most half the pool per decision (recommended 4)" in after[-1].prefill.reason
+    # A pool whose arrivals needed 11 is still held through the window (the test above).
+    busy = replace(state, history=((start, 11, 2),))
+    held, _ = run(plan, busy, cleared, start + STEP, 4)
+    assert [d.prefill.desired for d in held] == [11] * 4
+    assert "scale-down to 4 waits: 11 recommended within the last 60 s" in held[-1].prefill.reason
+
+
 def test_an_idle_service_falls_to_its_minimum_after_the_stabilization_window() -> None:
     plan = settings(prefill=PoolLimits(1, 10), decode=PoolLimits(2, 10))
     state, replicas, seen = PlannerState(), (4, 4), []  # nothing learned: zero demand needs no capacity
