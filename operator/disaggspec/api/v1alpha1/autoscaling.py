@@ -80,8 +80,8 @@ class PlannerSpec(SpecModel):
         default=300,
         ge=0,
         le=86400,
-        description="A pool shrinks only to the highest size the planner recommended over this window, and never "
-        "during a rollout.",
+        description="A pool shrinks only to the highest size the planner recommended over this window (prefill's "
+        "for its arrivals: the servers asked to clear a queue go once it has cleared), and never during a rollout.",
     )
 
 
