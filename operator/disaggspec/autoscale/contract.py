@@ -111,8 +111,8 @@ class PlannerState:
     """Since when the planner has watched without a gap: scale-down needs `stabilization_seconds` of it."""
     learned_until: float | None = None
     """The latest scrape time learned from (windows overlap: nothing is learned twice)."""
-    history: tuple[tuple[float, int, int], ...] = ()
-    """(time, prefill, decode) recommendations within the stabilization window."""
+    history: tuple[tuple[float, int, int, int], ...] = ()
+    """(time, prefill, decode, prefill for its arrivals alone) recommendations within the stabilization window."""
 
     def to_wire(self) -> dict[str, Any]:
         """A small JSON-able dict (for the service's status)."""
@@ -133,7 +133,7 @@ class PlannerState:
         if self.step_samples:
             wire["decodeSteps"] = [[_short(n), _short(t)] for n, t in self.step_samples]
         if self.history:
-            wire["history"] = [[_short(t), p, d] for t, p, d in self.history]
+            wire["history"] = [[_short(t), p, d, standing] for t, p, d, standing in self.history]
         return wire
 
     @classmethod
@@ -169,7 +169,9 @@ class PlannerState:
             clock=number("clock"),
             watching_since=number("watchingSince"),
             learned_until=number("learnedUntil"),
-            history=tuple((float(t), int(p), int(d)) for t, p, d in rows("history", 3)),
+            history=tuple((float(t), int(p), int(d), int(s)) for t, p, d, s in rows("history", 4))
+            # Written before the prefill-for-its-arrivals column: that is the whole recommendation.
+            or tuple((float(t), int(p), int(d), int(p)) for t, p, d in rows("history", 3)),
         )
 
 

@@ -19,12 +19,13 @@ the last `surge_seconds` when they stand above the rounds before them by more th
 (`signals.SURGE_ERRORS` standard errors), and ahead is where the trend line of those points leads, its slope less
 `signals.FORECAST_ERRORS` standard errors (never below now, `signals.demand`): the stabilization keeps the highest need
 of its window, so the planner acts on no step or trend its noise could make; scale-down takes the highest recommendation
-of the last `stabilization_seconds` (prefill's as the servers for its arrivals alone, `Proposal.standing`: a backlog's
-servers go once it has cleared), only once the planner has watched that long, never during a rollout, and removes at
-most half a pool per decision. Before a prefill rate is learned it is inferred from the queue the servers keep (an M/D/1
-queue's length gives their utilisation, `pools._inferred_rate`). Before a capacity is learned or inferred only
-saturation moves a pool: a waiting queue that persisted adds servers (one, or in proportion to the queue's growth over
-the served rate), no traffic at all lets it fall to its minimum; otherwise it holds. Whatever the model says, a
+of the last `stabilization_seconds` (for prefill, once the queue it was clearing has cleared, `pools.backlog_cleared`,
+the servers for its arrivals alone, `Proposal.standing`: a backlog's servers do not wait out the window), only once the
+planner has watched that long, never during a rollout, and removes at most half a pool per decision. Before a prefill
+rate is learned it is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation,
+`pools._inferred_rate`). Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that
+persisted adds servers (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it
+fall to its minimum; otherwise it holds. Whatever the model says, a
 persisting queue never leaves a pool as it is once all its servers are up. Then [min, max] per pool, then the
 prefill/decode band, by raising the smaller pool within its max.
 """
@@ -139,21 +140,26 @@ def decide(
     horizon = now - settings.stabilization_seconds
     history = tuple(entry for entry in state.history if entry[0] >= horizon)
     watched = now - (state.watching_since if state.watching_since is not None else now)
+    # Once the queue prefill was clearing has cleared, the window holds its arrivals' servers, not the backlog's: on
+    # the DeepSeek day at 77e7775 a 3x burst's backlog asked for 13-14 prefill servers, all held until 116 s, 32
+    # emulated s after the burst, when its arrivals needed 4-5.
+    cleared = pools.backlog_cleared(settings, window.prefill, prefill)
+    p_earlier = [standing if cleared else p for _, p, _, standing in history]
     p_settled = _settle(
-        settings,
-        settings.prefill,
-        window.prefill.replicas,
-        recommended[0],
-        [p for _, p, _ in history],
-        watched,
-        window.rolling_out,
+        settings, settings.prefill, window.prefill.replicas, recommended[0], p_earlier, watched, window.rolling_out
     )
+    if (
+        cleared
+        and p_settled[0] < window.prefill.replicas
+        and max(p_earlier, default=0) < max((p for _, p, _, _ in history), default=0)
+    ):
+        p_settled = (p_settled[0], "; ".join(filter(None, [p_settled[1], "the queue it was clearing has cleared"])))
     d_settled = _settle(
         settings,
         settings.decode,
         window.decode.replicas,
         recommended[1],
-        [d for _, _, d in history],
+        [d for _, _, d, _ in history],
         watched,
         window.rolling_out,
     )
@@ -168,11 +174,9 @@ def decide(
         decisions.append(PoolDecision(role, pool.replicas, desired, reason, dict(proposal.inputs)))
     ends = [sig.span(pool.series) for pool in (window.prefill, window.decode)]
     seen = max((span[1] for span in ends if span is not None), default=state.learned_until)
-    # The window remembers prefill's servers for its arrivals, not those for the queue it was clearing: on the DeepSeek
-    # day at 77e7775 a 3x burst's backlog asked for 13-14 prefill servers, all held until 32 emulated s after the
-    # burst had ended, when its arrivals needed 4-5.
     standing = settings.prefill.clamp(prefill.need if prefill.standing is None else prefill.standing)
-    state = replace(state, clock=now, learned_until=seen, history=(*history, (now, standing, recommended[1])))
+    entry = (now, recommended[0], recommended[1], standing)
+    state = replace(state, clock=now, learned_until=seen, history=(*history, entry))
     ordered = sorted(decisions, key=lambda pool: pool.desired == pool.current)
     message = ". ".join(
         f"{pool.role} {pool.current} -> {pool.desired}: {pool.reason}"

@@ -356,6 +356,20 @@ def decode(
     return Proposal(need, text, inputs), state
 
 
+def backlog_cleared(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> bool:
+    """Whether the servers asked to clear a queue may go: every server asked is up, none is still planned for a
+    queue building before new servers are up, and the waiting queue has stayed under `queue_threshold` per server
+    for `persist_seconds`. Until then the stabilization window holds the whole recommendation: releasing on the
+    recommendation alone removed servers still loading (on the DeepSeek day prefill went 12 -> 9 -> 10 -> 7 within
+    8 emulated s of a burst, as the rate inferred from the queue rose, with 2 of its servers up)."""
+    if proposal.standing is None or pool.ready < pool.replicas or proposal.inputs.get("building_prompt_tokens", 0.0):
+        return False
+    calm: list[float] = []
+    for at, value in _queue_per_server(pool.series):
+        calm = [*calm, at] if value < settings.queue_threshold else []
+    return bool(calm) and calm[-1] - calm[0] >= settings.persist_seconds
+
+
 def queue_guard(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> Proposal:
     """A queue that persisted on a pool whose servers are all up means too few servers, whatever the model says."""
     if proposal.need > pool.replicas or pool.ready < pool.replicas or not pool.series:

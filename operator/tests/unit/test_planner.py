@@ -439,16 +439,32 @@ def test_a_cleared_backlog_s_servers_go_without_waiting_out_the_window() -> None
     plan = settings(prefill=PoolLimits(1, 20), stabilization_seconds=60.0)
     backlog = ServiceWindow(prefill_pool(start, 2, 5000.0, queued=growing), decode_pool(start, 2, 100.0), False)
     asked, state = decide(plan, PlannerState(), backlog, start)
-    assert asked.prefill.desired == 11 and state.history[-1][1] == 4 == math.ceil(12000 / (5000 * 0.6))
+    assert asked.prefill.desired == 11 and state.history[-1][1:] == (11, 2, 4) and math.ceil(12000 / 3000) == 4
 
-    def cleared(now: float) -> ServiceWindow:
-        return ServiceWindow(prefill_pool(now, 11, 12000.0 / 11), decode_pool(now, 2, 100.0), False)
+    def cleared(now: float, ready: int = 11) -> ServiceWindow:
+        servers = prefill_pool(now, 11, 12000.0 / 11)
+        return ServiceWindow(replace(servers, ready=ready), decode_pool(now, 2, 100.0), False)
 
     after, _ = run(plan, state, cleared, start + STEP, 4)
     assert [d.prefill.desired for d in after] == [11, 11, 11, 6]  # watched 15-45 s, then at most half of 11
-    assert "at most half the pool per decision (recommended 4)" in after[-1].prefill.reason
-    # A pool whose arrivals needed 11 is still held through the window (the test above).
-    busy = replace(state, history=((start, 11, 2),))
+    assert "at most half the pool per decision (recommended 4); the queue it was clearing has cleared" in (
+        after[-1].prefill.reason
+    )
+    # While the servers asked are loading, the whole recommendation holds (even with no queue left).
+    loading, _ = run(plan, state, lambda now: cleared(now, ready=2), start + STEP, 4)
+    assert [d.prefill.desired for d in loading] == [11] * 4
+    assert "scale-down to 4 waits: 11 recommended within the last 60 s" in loading[-1].prefill.reason
+    # So does a queue of the threshold per server over the last 20 s (the backlog has not cleared).
+    later = start + 4 * STEP
+
+    def queueing(t: float) -> float:
+        return 2.0 if t > later - 20 else 0.0
+
+    queued = ServiceWindow(prefill_pool(later, 11, 12000.0 / 11, queued=queueing), decode_pool(later, 2, 100.0), False)
+    still, _ = decide(plan, state, queued, later)
+    assert still.prefill.desired == 11 and "scale-down to 5 waits: 11 recommended" in still.prefill.reason
+    # A pool whose arrivals needed 11 is held through the window (the test above).
+    busy = replace(state, history=((start, 11, 2, 11),))
     held, _ = run(plan, busy, cleared, start + STEP, 4)
     assert [d.prefill.desired for d in held] == [11] * 4
     assert "scale-down to 4 waits: 11 recommended within the last 60 s" in held[-1].prefill.reason
@@ -664,6 +680,9 @@ def test_the_state_round_trips_through_its_wire_form() -> None:
     assert PlannerState.from_wire(None) == PlannerState()
     broken = PlannerState.from_wire({"version": 1, "prefillTokensPerSecond": "x", "history": [[1, 2]], "kvRequests": 3})
     assert (broken.prefill_rate, broken.history, broken.kv_requests) == (None, (), 3.0)
+    # A history written before prefill's arrivals-only column reads as the whole recommendation.
+    older = PlannerState.from_wire({"version": 1, "history": [[1000.0, 5, 3]]})
+    assert older.history == ((1000.0, 5, 3, 5),)
 
 
 def test_a_restart_or_failover_restarts_the_watch_but_keeps_what_was_learned() -> None:
