@@ -81,7 +81,8 @@ class PlannerSpec(SpecModel):
         ge=0,
         le=86400,
         description="A pool shrinks only to the highest size the planner recommended over this window (prefill's "
-        "for its arrivals once the queue it was clearing has cleared: a backlog's servers do not wait it out), and never during a rollout.",
+        "for its arrivals once the queue it was clearing has cleared: a backlog's servers do not wait it out), and "
+        "never during a rollout.",
     )
 
 
