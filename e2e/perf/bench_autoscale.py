@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import dataclasses
 import datetime
 import functools
@@ -117,6 +116,7 @@ from e2e.serving.routers import ensure_router_venv
 from e2e.serving.servicetraffic import ServiceTarget, pod_ready
 from e2e.support.kube import Cluster, CommandFailed, wait_for
 from e2e.support.operator_process import OperatorProcess
+from e2e.support.orphans import exit_on_signals, exit_with_parent
 from e2e.support.serving import apply_service, pod_runner, served_model
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -699,7 +699,8 @@ def drive_arm(
     scale: float, start_wall: float,
 ) -> RunReport:  # fmt: skip
     """One arm's open-loop load (in a process of its own, so that the generators do not share one GIL), starting at
-    wall time `start_wall` like every other arm's."""
+    wall time `start_wall` like every other arm's. It ends with the benchmark, however that ends."""
+    exit_with_parent()
     target = ServiceTarget(KubeApi(Path(kubeconfig), timeout=5.0), namespace, f"{name}-router", refresh_interval=1.0)
     time.sleep(max(0.0, start_wall - time.time()))
     return asyncio.run(run(requests, target, model=model, bounds=bounds, seed=seed, time_scale=scale))
@@ -891,7 +892,9 @@ def run_group(
     drop_wall = None
     from e2e.perf import bench_autoscale as module  # picklable by its importable name, also under `python -m`
 
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, len(arms)), mp_context=context) as pool:
+    # A Pool, not a ProcessPoolExecutor: leaving its block on an error or a signal terminates the generators, where
+    # the executor's shutdown waited for their whole schedule.
+    with context.Pool(processes=max(1, len(arms))) as pool:
         futures = {}
         for arm in arms:
             name = arm.profile.bench.name
@@ -899,20 +902,20 @@ def run_group(
                 max_requests=len(requests[name]) + 1, max_concurrency=4096, duration=s.day_seconds,
                 timeout=s.timeout, drain=s.timeout,
             )  # fmt: skip
-            futures[arm.label] = pool.submit(
-                module.drive_arm, str(kubeconfig), arm.namespace, arm.name, served_model(arm.obj), requests[name],
-                bounds, s.seed, scale, start_wall,
-            )  # fmt: skip
+            futures[arm.label] = pool.apply_async(module.drive_arm, (
+                str(kubeconfig), arm.namespace, arm.name, served_model(arm.obj), requests[name], bounds, s.seed,
+                scale, start_wall,
+            ))  # fmt: skip
         if s.accept_drop is not None:
             at, length = s.accept_drop
             drop_wall = start_wall + at * s.day_seconds * scale
-            while time.time() < drop_wall and not all(f.done() for f in futures.values()):
+            while time.time() < drop_wall and not all(f.ready() for f in futures.values()):
                 time.sleep(0.5)
             sampler.accept_length = length
             log(f"accept length of every decode server -> {length:g} at {at * s.day_seconds:.0f} emulated s")
         for label, future in futures.items():
             try:
-                reports[label] = future.result()
+                reports[label] = future.get()
             except Exception as error:  # one arm's generator failing keeps the others' figures
                 errors[label] = f"{type(error).__name__}: {error}"
                 log(f"{label}: the load generator failed: {errors[label]}")
@@ -1401,6 +1404,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         router_policy=args.router_policy,
     )
     args.out.mkdir(parents=True, exist_ok=True)
+    exit_on_signals()  # stopped, it still stops the operator, the generators and the local cluster
     started = time.monotonic()
 
     def log(text: str) -> None:
