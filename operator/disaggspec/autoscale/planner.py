@@ -25,9 +25,9 @@ planner has watched that long, never during a rollout, and removes at most half 
 rate is learned it is inferred from the queue the servers keep (an M/D/1 queue's length gives their utilisation,
 `pools._inferred_rate`). Before a capacity is learned or inferred only saturation moves a pool: a waiting queue that
 persisted adds servers (one, or in proportion to the queue's growth over the served rate), no traffic at all lets it
-fall to its minimum; otherwise it holds. Whatever the model says, a
-persisting queue never leaves a pool as it is once all its servers are up. Then [min, max] per pool, then the
-prefill/decode band, by raising the smaller pool within its max.
+fall to its minimum; otherwise it holds. Whatever the model says, a persisting queue never leaves a pool as it is once
+all its servers are up. Then [min, max] per pool, then the prefill/decode band, by raising the smaller pool within its
+max.
 """
 
 from __future__ import annotations
