@@ -913,9 +913,12 @@ def run_group(
                 time.sleep(0.5)
             sampler.accept_length = length
             log(f"accept length of every decode server -> {length:g} at {at * s.day_seconds:.0f} emulated s")
+        # A Pool replaces a worker that dies and its result never comes: bounded by the schedule, its requests'
+        # timeout and drain, and a margin.
+        deadline = start_wall + (s.day_seconds + 2 * s.timeout) * scale + 300.0
         for label, future in futures.items():
             try:
-                reports[label] = future.get()
+                reports[label] = future.get(timeout=max(deadline - time.time(), 1.0))
             except Exception as error:  # one arm's generator failing keeps the others' figures
                 errors[label] = f"{type(error).__name__}: {error}"
                 log(f"{label}: the load generator failed: {errors[label]}")
