@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 CHILD = """
 import os, sys, time
@@ -37,8 +38,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_worker_exits_once_its_parent_is_gone() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, env=ENV, timeout=30)
     child = int(done.stdout.strip())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
@@ -59,8 +59,7 @@ finally:
 
 
 def test_sigterm_runs_the_clean_up() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED], stdout=subprocess.PIPE, text=True, env=ENV)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=10)

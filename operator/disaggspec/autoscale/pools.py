@@ -364,11 +364,8 @@ def backlog_cleared(settings: PlannerSettings, pool: PoolWindow, proposal: Propo
     8 emulated s of a burst, as the rate inferred from the queue rose, with 2 of its servers up)."""
     if proposal.standing is None or pool.ready < pool.replicas or proposal.inputs.get("building_prompt_tokens", 0.0):
         return False
-    points = _queue_per_server(pool.series)
-    calm_since: float | None = None
-    for at, value in points:
-        calm_since = (at if calm_since is None else calm_since) if value < settings.queue_threshold else None
-    return calm_since is not None and points[-1][0] - calm_since >= settings.persist_seconds
+    calm = sig.trailing_run(_queue_per_server(pool.series), lambda value: value < settings.queue_threshold)
+    return calm is not None and calm >= settings.persist_seconds
 
 
 def queue_guard(settings: PlannerSettings, pool: PoolWindow, proposal: Proposal) -> Proposal:

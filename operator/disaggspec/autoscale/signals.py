@@ -275,12 +275,17 @@ def demand(
     return Demand(current, min(max(ahead, current), FORECAST_GROWTH * current), slope(points))
 
 
+def trailing_run(points: Sequence[Point], holds: Callable[[float], bool]) -> float | None:
+    """How long (seconds) the trailing run of rounds whose value `holds` lasts (None: the last round's does not)."""
+    since: float | None = None
+    for at, value in points:
+        since = (at if since is None else since) if holds(value) else None
+    return None if since is None else points[-1][0] - since
+
+
 def persisted(points: Sequence[Point], threshold: float) -> float:
     """How long (seconds) the trailing run of rounds whose value was at least `threshold` lasts (0: none)."""
-    run: list[float] = []
-    for at, value in points:
-        run = [*run, at] if value >= threshold and value > 0 else []
-    return run[-1] - run[0] if run else 0.0
+    return trailing_run(points, lambda value: value >= threshold and value > 0) or 0.0
 
 
 def accept_length(series: Series, start: float) -> float | None:
